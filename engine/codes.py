@@ -1,0 +1,171 @@
+"""Integer codes for the categorical inputs and outputs of CONFIG.md.
+
+numba compiles IntEnum members as constants, so the formulas compare `c.precision == Precision.AMP_BF16`
+at no cost. The Parquet writer turns the codes back into the CONFIG.md strings (`NAMES[Enum]`).
+The order of members is part of nothing public: only the strings are.
+"""
+
+from enum import IntEnum
+
+
+class Precision(IntEnum):
+    FP32 = 0
+    AMP_BF16 = 1
+    AMP_FP16 = 2
+    BF16 = 3
+    FP16 = 4
+    FP8 = 5
+
+
+class Optimizer(IntEnum):
+    ADAMW = 0
+    ADAM = 1
+    SGD = 2
+    SGD_MOMENTUM = 3
+    ADAFACTOR = 4
+    ADAMW_8BIT = 5
+    LION = 6
+    NONE = 7
+
+
+class Framework(IntEnum):
+    PYTORCH = 0
+    FSDP = 1
+    DEEPSPEED = 2
+    MEGATRON = 3
+
+
+class Ckpt(IntEnum):
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+
+
+class Attn(IntEnum):
+    EAGER = 0
+    SDPA_MATH = 1
+    FLASH = 2
+
+
+class LoraTargets(IntEnum):
+    QV = 0
+    ATTN = 1
+    ALL_LINEAR = 2
+
+
+class Quant(IntEnum):
+    NONE = 0
+    INT8 = 1
+    NF4 = 2
+
+
+class Offload(IntEnum):
+    NONE = 0
+    OPTIMIZER = 1
+    OPTIMIZER_PARAMS = 2
+
+
+class PPSchedule(IntEnum):
+    ONE_F_ONE_B = 0
+    INTERLEAVED = 1
+    GPIPE = 2
+
+
+class FFN(IntEnum):
+    GELU = 0  # two matrices: up, down (GPT-2, BERT, T5 v1.0)
+    SWIGLU = 1  # three matrices: gate, up, down (Llama, Mistral, Qwen, gated-GELU)
+
+
+class Norm(IntEnum):
+    LAYERNORM = 0  # weight + bias
+    RMSNORM = 1  # weight only
+
+
+class Bias(IntEnum):
+    NONE = 0  # Llama, Mistral
+    QKV = 1  # Qwen2: biases on q, k, v only
+    ALL = 2  # GPT-2, BERT: every linear layer
+
+
+class Phase(IntEnum):
+    FORWARD = 0
+    BACKWARD = 1
+    OPTIMIZER = 2
+
+
+class Component(IntEnum):
+    WEIGHTS = 0
+    GRADS = 1
+    OPTIMIZER = 2
+    ACTIVATIONS = 3
+    TEMP = 4
+    OVERHEAD = 5
+
+
+class Invalid(IntEnum):
+    """Why a layout cannot run; 0 means it can."""
+
+    OK = 0
+    TP_HEADS = 1
+    TP_KV_HEADS = 2
+    PP_LAYERS = 3
+    GPUS_LAYOUT = 4
+    EP_EXPERTS = 5
+    EP_DP = 6
+    SP_SEQ = 7
+    CP_SEQ = 8
+    VPP_SCHEDULE = 9
+    QUANT_FULL_TRAINING = 10
+    OFFLOAD_ZERO = 11
+    TOP_K = 12
+    NO_DIMS = 13
+    LORA_DENSE_ONLY = 14
+
+
+INVALID_REASONS = {
+    Invalid.OK: "",
+    Invalid.TP_HEADS: "tp does not divide n_heads",
+    Invalid.TP_KV_HEADS: "tp does not divide n_kv_heads",
+    Invalid.PP_LAYERS: "pp * vpp does not divide n_layers",
+    Invalid.GPUS_LAYOUT: "n_gpus is not dp * tp * pp * cp",
+    Invalid.EP_EXPERTS: "ep does not divide n_experts",
+    Invalid.EP_DP: "ep does not divide dp * cp",
+    Invalid.SP_SEQ: "sp needs tp to divide seq_len",
+    Invalid.CP_SEQ: "cp needs 2 * cp to divide seq_len (load-balanced ring attention)",
+    Invalid.VPP_SCHEDULE: "vpp > 1 needs pp_schedule = interleaved and pp > 1",
+    Invalid.QUANT_FULL_TRAINING: "base_quant needs lora_rank > 0 (quantized weights cannot be trained)",
+    Invalid.OFFLOAD_ZERO: "offload needs zero_stage >= 1 (optimizer_params needs zero_stage 3)",
+    Invalid.TOP_K: "top_k exceeds n_experts",
+    Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
+    Invalid.LORA_DENSE_ONLY: "",
+}
+
+# The CONFIG.md strings of each categorical column, in code order.
+CHOICES = {
+    "precision": Precision,
+    "optimizer": Optimizer,
+    "framework": Framework,
+    "checkpointing": Ckpt,
+    "attention": Attn,
+    "lora_targets": LoraTargets,
+    "base_quant": Quant,
+    "offload": Offload,
+    "pp_schedule": PPSchedule,
+    "ffn_type": FFN,
+    "norm_type": Norm,
+    "linear_bias": Bias,
+    "peak_phase": Phase,
+    "bottleneck": Component,
+}
+
+_SPELLING = {PPSchedule.ONE_F_ONE_B: "1f1b"}
+
+
+def name_of(member: IntEnum) -> str:
+    """The CONFIG.md spelling of a code: Precision.AMP_BF16 -> 'amp_bf16'."""
+    return _SPELLING.get(member, member.name.lower())
+
+
+def names(enum: type[IntEnum]) -> list[str]:
+    """Every CONFIG.md spelling of an enum, in code order."""
+    return [name_of(m) for m in enum]
