@@ -1,0 +1,204 @@
+"""The phased peak: the memory high-water mark is not the sum of everything.
+
+One training step, steady state (optimizer states exist, zero_grad(set_to_none=True)):
+    forward    states + every activation in flight + logits and loss + gathers / casts
+    backward   starts with all activations and the loss gradients; ends with all the gradients
+    optimizer  states + gradients + the step's own buffers
+The most loaded rank is the first pipeline stage (most micro-batches in flight) or the last (the logits):
+both are evaluated and the larger peak is reported. Gradients are live in forward only when something keeps
+them between steps: accumulation over micro-batches, pipeline schedules, or framework buffers (Megatron's
+contiguous main-grad buffer, DeepSpeed's gradient partitions).
+"""
+
+from engine.codes import Ckpt, Component, Framework, Invalid, Offload, Phase, PPSchedule, Quant
+from engine.formulas.activations import activation_bytes, layer_activation_bytes, recompute_bytes
+from engine.formulas.common import formula
+from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
+from engine.formulas.params import has_dims, kv_heads, layers_per_stage, n_moe_layers
+from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes
+from engine.formulas.temporaries import (
+    autocast_cache_bytes,
+    backward_workspace_bytes,
+    ddp_bucket_bytes,
+    dequant_bytes,
+    logits_bytes,
+    loss_backward_bytes,
+    loss_forward_bytes,
+    optimizer_step_bytes,
+    zero3_gather_bytes,
+    zero3_grad_bytes,
+)
+
+
+@formula
+def grads_live_in_forward(c):
+    keeps = c.framework == Framework.MEGATRON or c.framework == Framework.DEEPSPEED
+    return c.grad_accum > 1 or c.pp > 1 or keeps
+
+
+@formula
+def last_stage_activation_bytes(c):
+    """The last stage of a pipeline holds one micro-batch of its L/p layers (1F1B)."""
+    if c.pp == 1:
+        return activation_bytes(c)
+    moe = min(layers_per_stage(c), n_moe_layers(c))
+    dense = layers_per_stage(c) - moe
+    return dense * layer_activation_bytes(c, False) + moe * layer_activation_bytes(c, True)
+
+
+@formula
+def states_bytes(c, with_grads):
+    """Weights and optimizer states always, gradients when live (offloaded ones live on the host)."""
+    return device_weight_bytes(c) + device_optimizer_bytes(c) + (device_grad_bytes(c) if with_grads else 0)
+
+
+@formula
+def buckets_bytes(c, with_grads):
+    """Gradient buckets exist once the first backward has made them, alongside the gradients."""
+    return ddp_bucket_bytes(c) if with_grads else 0
+
+
+@formula
+def pageable_bytes(c):
+    """Paged optimizers (bitsandbytes) evict their states to host under pressure in forward and backward."""
+    return device_optimizer_bytes(c) if c.paged else 0
+
+
+@formula
+def forward_temp_bytes(c, last):
+    t = autocast_cache_bytes(c) + zero3_gather_bytes(c) + dequant_bytes(c)
+    if last:
+        t += logits_bytes(c) + loss_forward_bytes(c)
+    return t
+
+
+@formula
+def backward_temp_bytes(c, last):
+    """At the start of backward: loss gradients (last stage), one layer's workspace and recompute."""
+    t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + dequant_bytes(c) + backward_workspace_bytes(c)
+    t += recompute_bytes(c)
+    if c.checkpointing != Ckpt.FULL:
+        t += autocast_cache_bytes(c)  # with recomputation the casts are redone, not kept
+    if last:
+        t += logits_bytes(c) + loss_backward_bytes(c)
+    return t
+
+
+@formula
+def stage_phase_peaks(c, last):
+    """Forward, backward and optimizer peaks of the first (last=False) or last pipeline stage, each as
+    (live tensor bytes, activations, temporaries, gradients live) at that instant."""
+    acts = last_stage_activation_bytes(c) if last else activation_bytes(c)
+    g = grads_live_in_forward(c)
+    live = states_bytes(c, g) - pageable_bytes(c)
+    fwd_t = forward_temp_bytes(c, last) + buckets_bytes(c, g)
+    forward = (live + acts + fwd_t, acts, fwd_t, g)
+    bwd_t = backward_temp_bytes(c, last) + buckets_bytes(c, g)
+    backward = (live + acts + bwd_t, acts, bwd_t, g)
+    end_t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + buckets_bytes(c, True)
+    backward_end = (states_bytes(c, True) - pageable_bytes(c) + end_t, 0, end_t, True)
+    if backward_end[0] > backward[0]:
+        backward = backward_end
+    opt_t = optimizer_step_bytes(c) + buckets_bytes(c, True)
+    optimizer = (states_bytes(c, True) + opt_t, 0, opt_t, True)
+    return forward, backward, optimizer
+
+
+@formula
+def peak(c):
+    """(allocated_peak_bytes, phase, activations, temporaries, gradients live) on the most loaded stage."""
+    best = (-1, 0, 0, 0, False)
+    for last in (False, True):
+        if last and c.pp == 1:
+            continue
+        forward, backward, optimizer = stage_phase_peaks(c, last or c.pp == 1)
+        if forward[0] > best[0]:
+            best = (forward[0], Phase.FORWARD, forward[1], forward[2], forward[3])
+        if backward[0] > best[0]:
+            best = (backward[0], Phase.BACKWARD, backward[1], backward[2], backward[3])
+        if optimizer[0] > best[0]:
+            best = (optimizer[0], Phase.OPTIMIZER, optimizer[1], optimizer[2], optimizer[3])
+    return best
+
+
+@formula
+def reserved_peak_bytes(c):
+    allocated, phase, act, temp, grads = peak(c)
+    return allocated + allocator_slack_bytes(act + temp)
+
+
+@formula
+def device_peak_bytes(c):
+    return reserved_peak_bytes(c) + overhead_bytes(c)
+
+
+@formula
+def usable_bytes(c):
+    """What the user lets the job use: capacity minus the headroom kept for runtime variability."""
+    return int(c.capacity_bytes * (1.0 - c.headroom))
+
+
+@formula
+def fits(c):
+    return device_peak_bytes(c) <= usable_bytes(c)
+
+
+@formula
+def bottleneck(c):
+    """The largest component at the peak: weights, grads, optimizer, activations, temp or overhead."""
+    allocated, phase, act, temp, grads = peak(c)
+    sizes = (
+        device_weight_bytes(c),
+        device_grad_bytes(c) if grads else 0,
+        device_optimizer_bytes(c),
+        act,
+        temp + allocator_slack_bytes(act + temp),
+        overhead_bytes(c),
+    )
+    best = 0
+    for i in range(1, 6):
+        if sizes[i] > sizes[best]:
+            best = i
+    return best + Component.WEIGHTS
+
+
+@formula
+def invalid_reason(c):
+    """0 when the layout can run, else the Invalid code of the first rule it breaks."""
+    if c.n_gpus != c.dp * c.tp * c.pp * c.cp:
+        return Invalid.GPUS_LAYOUT
+    if c.vpp > 1 and (c.pp_schedule != PPSchedule.INTERLEAVED or c.pp == 1):
+        return Invalid.VPP_SCHEDULE
+    if c.lora_rank == 0 and c.base_quant != Quant.NONE:
+        return Invalid.QUANT_FULL_TRAINING
+    if (c.offload != Offload.NONE and c.zero_stage == 0) or (
+        c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3
+    ):
+        return Invalid.OFFLOAD_ZERO
+    if c.sp and c.seq_len % c.tp != 0:
+        return Invalid.SP_SEQ
+    if c.cp > 1 and c.seq_len % (2 * c.cp) != 0:
+        return Invalid.CP_SEQ
+    if not has_dims(c):
+        return Invalid.OK if c.tp == 1 and c.pp == 1 else Invalid.NO_DIMS
+    return model_layout_reason(c)
+
+
+@formula
+def model_layout_reason(c):
+    """Rules that need the model's dims: heads over TP, layers over PP stages, experts over EP."""
+    if c.n_heads % c.tp != 0:
+        return Invalid.TP_HEADS
+    if kv_heads(c) % c.tp != 0:
+        return Invalid.TP_KV_HEADS
+    if c.n_layers % (c.pp * c.vpp) != 0:
+        return Invalid.PP_LAYERS
+    if c.ep > 1 and c.n_experts % c.ep != 0:
+        return Invalid.EP_EXPERTS
+    if c.ep > 1 and (c.dp * c.cp) % c.ep != 0:
+        return Invalid.EP_DP
+    if c.n_experts > 0 and c.top_k > c.n_experts:
+        return Invalid.TOP_K
+    return Invalid.OK
+
+

@@ -1,0 +1,147 @@
+"""OUTPUTS: every output column of CONFIG.md and the formula that computes it.
+
+`row(c)` evaluates them all at once (the peak once, not once per column) in OUTPUTS order; the kernel stores
+what it returns. Each column also has its own small formula, the readable reference that tests/test_kernel.py
+compares the kernel against. Codes: peak_phase and bottleneck are engine.codes members, fits and valid 0/1,
+and NULL (-1) marks a value that needs model dims the configuration does not have.
+"""
+
+from engine.codes import Invalid
+from engine.formulas import formula
+from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
+from engine.formulas.params import has_dims
+from engine.formulas.peak import bottleneck, invalid_reason, peak, usable_bytes
+from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+
+NULL = -1
+
+OUTPUTS = [
+    "weight_bytes",
+    "grad_bytes",
+    "optimizer_bytes",
+    "activation_bytes",
+    "temp_bytes",
+    "allocated_peak_bytes",
+    "reserved_peak_bytes",
+    "overhead_bytes",
+    "device_peak_bytes",
+    "peak_phase",
+    "capacity_bytes",
+    "fits",
+    "bottleneck",
+    "host_bytes",
+    "valid",
+    "invalid_reason",
+]
+BYTES_COLUMNS = [n for n in OUTPUTS if n.endswith("_bytes")]
+CODE_COLUMNS = {"peak_phase", "bottleneck", "invalid_reason"}
+BOOL_COLUMNS = {"fits", "valid"}
+
+
+@formula
+def row(c):
+    """Every output of one configuration, in OUTPUTS order."""
+    weights, grads, optim = device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c)
+    reason = invalid_reason(c)
+    overhead, host = overhead_bytes(c), host_bytes(c)
+    if not has_dims(c):
+        return (weights, grads, optim, NULL, NULL, NULL, NULL, overhead, NULL, NULL, c.capacity_bytes,
+                NULL, NULL, host, int(reason == Invalid.OK), reason)
+    allocated, phase, act, temp, _ = peak(c)
+    reserved = allocated + allocator_slack_bytes(act + temp)
+    device = reserved + overhead
+    return (weights, grads, optim, act, temp, allocated, reserved, overhead, device, phase,
+            c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c), host,
+            int(reason == Invalid.OK), reason)
+
+
+# --- one formula per column: the readable reference of row() -------------------------------------------
+
+
+@formula
+def weight_bytes(c):
+    return device_weight_bytes(c)
+
+
+@formula
+def grad_bytes(c):
+    return device_grad_bytes(c)
+
+
+@formula
+def optimizer_bytes(c):
+    return device_optimizer_bytes(c)
+
+
+@formula
+def activation_bytes(c):
+    return peak(c)[2] if has_dims(c) else NULL
+
+
+@formula
+def temp_bytes(c):
+    return peak(c)[3] if has_dims(c) else NULL
+
+
+@formula
+def allocated_peak_bytes(c):
+    return peak(c)[0] if has_dims(c) else NULL
+
+
+@formula
+def reserved_peak_bytes(c):
+    if not has_dims(c):
+        return NULL
+    allocated, _, act, temp, _ = peak(c)
+    return allocated + allocator_slack_bytes(act + temp)
+
+
+@formula
+def device_peak_bytes(c):
+    return reserved_peak_bytes(c) + overhead_bytes(c) if has_dims(c) else NULL
+
+
+@formula
+def peak_phase(c):
+    return peak(c)[1] if has_dims(c) else NULL
+
+
+@formula
+def capacity_bytes(c):
+    return c.capacity_bytes
+
+
+@formula
+def fits(c):
+    return int(device_peak_bytes(c) <= usable_bytes(c)) if has_dims(c) else NULL
+
+
+@formula
+def bottleneck_code(c):
+    return bottleneck(c) if has_dims(c) else NULL
+
+
+@formula
+def valid(c):
+    return int(invalid_reason(c) == Invalid.OK)
+
+
+COLUMN_FORMULAS = {
+    "weight_bytes": weight_bytes,
+    "grad_bytes": grad_bytes,
+    "optimizer_bytes": optimizer_bytes,
+    "activation_bytes": activation_bytes,
+    "temp_bytes": temp_bytes,
+    "allocated_peak_bytes": allocated_peak_bytes,
+    "reserved_peak_bytes": reserved_peak_bytes,
+    "overhead_bytes": overhead_bytes,
+    "device_peak_bytes": device_peak_bytes,
+    "peak_phase": peak_phase,
+    "capacity_bytes": capacity_bytes,
+    "fits": fits,
+    "bottleneck": bottleneck_code,
+    "host_bytes": host_bytes,
+    "valid": valid,
+    "invalid_reason": invalid_reason,
+}
+assert list(COLUMN_FORMULAS) == OUTPUTS
