@@ -42,17 +42,17 @@ BOOL_COLUMNS = {"fits", "valid"}
 def row(c):
     """Every output of one configuration, in OUTPUTS order."""
     weights, grads, optim = device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c)
-    reason = invalid_reason(c)
+    reason = invalid_reason(c).value
     overhead, host = overhead_bytes(c), host_bytes(c)
     if not has_dims(c):
         return (weights, grads, optim, NULL, NULL, NULL, NULL, overhead, NULL, NULL, c.capacity_bytes,
-                NULL, NULL, host, int(reason == Invalid.OK), reason)
+                NULL, NULL, host, int(reason == 0), reason)
     allocated, phase, act, temp, _ = peak(c)
     reserved = allocated + allocator_slack_bytes(act + temp)
     device = reserved + overhead
     return (weights, grads, optim, act, temp, allocated, reserved, overhead, device, phase,
             c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c), host,
-            int(reason == Invalid.OK), reason)
+            int(reason == 0), reason)
 
 
 # --- one formula per column: the readable reference of row() -------------------------------------------

@@ -10,7 +10,7 @@ them between steps: accumulation over micro-batches, pipeline schedules, or fram
 contiguous main-grad buffer, DeepSpeed's gradient partitions).
 """
 
-from engine.codes import Ckpt, Component, Framework, Invalid, Offload, Phase, PPSchedule, Quant
+from engine.codes import Ckpt, Framework, Invalid, Offload, Phase, PPSchedule, Quant
 from engine.formulas.activations import activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.formulas.common import formula
 from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
@@ -113,11 +113,11 @@ def peak(c):
             continue
         forward, backward, optimizer = stage_phase_peaks(c, last or c.pp == 1)
         if forward[0] > best[0]:
-            best = (forward[0], Phase.FORWARD, forward[1], forward[2], forward[3])
+            best = (forward[0], Phase.FORWARD.value, forward[1], forward[2], forward[3])
         if backward[0] > best[0]:
-            best = (backward[0], Phase.BACKWARD, backward[1], backward[2], backward[3])
+            best = (backward[0], Phase.BACKWARD.value, backward[1], backward[2], backward[3])
         if optimizer[0] > best[0]:
-            best = (optimizer[0], Phase.OPTIMIZER, optimizer[1], optimizer[2], optimizer[3])
+            best = (optimizer[0], Phase.OPTIMIZER.value, optimizer[1], optimizer[2], optimizer[3])
     return best
 
 
@@ -159,7 +159,7 @@ def bottleneck(c):
     for i in range(1, 6):
         if sizes[i] > sizes[best]:
             best = i
-    return best + Component.WEIGHTS
+    return best  # a Component code: the sizes above are in Component order
 
 
 @formula
