@@ -1,5 +1,7 @@
 """memsim: predict the per-GPU memory of a training job before it touches a GPU."""
 
+import hashlib
+import os
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -7,3 +9,27 @@ __version__ = "0.1.0"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
 QUERIES_DIR = REPO_ROOT / "queries"
+
+
+def _compiled_sources_digest() -> str:
+    """A digest of every file the compiled kernels are built from (numba's cache only watches the file of
+    the jitted function itself, not the formulas it calls, so a stale kernel could outlive a formula edit)."""
+    here = Path(__file__).resolve().parent
+    files = sorted(here.glob("formulas/*.py")) + [here / n for n in ("outputs.py", "kernel.py", "sweep_kernel.py", "config.py", "codes.py")]
+    digest = hashlib.sha256()
+    for f in files:
+        if f.exists():
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _point_numba_cache() -> None:
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    import numba
+
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memsim" / "numba"
+    numba.config.CACHE_DIR = str(base / _compiled_sources_digest())
+
+
+_point_numba_cache()

@@ -133,7 +133,7 @@ INVALID_REASONS = {
     Invalid.SP_SEQ: "sp needs tp to divide seq_len",
     Invalid.CP_SEQ: "cp needs 2 * cp to divide seq_len (load-balanced ring attention)",
     Invalid.VPP_SCHEDULE: "vpp > 1 needs pp_schedule = interleaved and pp > 1",
-    Invalid.QUANT_FULL_TRAINING: "base_quant needs lora_rank > 0 (quantized weights cannot be trained)",
+    Invalid.QUANT_FULL_TRAINING: "base_quant needs lora_rank > 0 or optimizer none (quantized weights cannot be trained)",
     Invalid.OFFLOAD_ZERO: "offload needs zero_stage >= 1 (optimizer_params needs zero_stage 3)",
     Invalid.TOP_K: "top_k exceeds n_experts",
     Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
@@ -158,12 +158,9 @@ CHOICES = {
     "bottleneck": Component,
 }
 
-_SPELLING = {PPSchedule.ONE_F_ONE_B: "1f1b"}
-
-
 def name_of(member: IntEnum) -> str:
-    """The CONFIG.md spelling of a code: Precision.AMP_BF16 -> 'amp_bf16'."""
-    return _SPELLING.get(member, member.name.lower())
+    """The CONFIG.md spelling of a code: Precision.AMP_BF16 -> 'amp_bf16', PPSchedule.ONE_F_ONE_B -> '1f1b'."""
+    return "1f1b" if member is PPSchedule.ONE_F_ONE_B else member.name.lower()
 
 
 def names(enum: type[IntEnum]) -> list[str]:

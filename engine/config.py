@@ -30,6 +30,7 @@ MODEL_FIELDS = [
     Field("vocab", "int", 0, "vocabulary size V"),
     Field("ffn_type", codes.FFN, codes.FFN.SWIGLU, "gelu (2 matrices) or swiglu (3)"),
     Field("tied_embeddings", "bool", False, "input embedding shared with the LM head"),
+    Field("lm_head", "bool", True, "a vocabulary-sized output head (false: an encoder with a small task head, BERT)"),
     Field("n_experts", "int", 0, "routed experts per MoE layer (0 = dense)"),
     Field("top_k", "int", 0, "experts each token is routed to"),
     Field("moe_d_ff", "int", 0, "FFN inner size of one expert"),
@@ -101,8 +102,19 @@ GPU_ATTRIBUTES = [
     "host_ram_bytes",
 ]
 
+# Quantities derived once per configuration (engine/formulas/derived.py) and read by the later formulas,
+# so that the kernel computes the parameter split and the model states once, not once per term.
+DERIVED_FIELDS = [
+    "rank_params",
+    "rank_trainable_params",
+    "rank_block_params",
+    "rank_weight_bytes",
+    "rank_grad_bytes",
+    "rank_optimizer_bytes",
+]
+
 _FLOATS = {"dropout", "headroom"}
-RECORD_FIELDS = ["model_id", "gpu_id"] + [f.name for f in INPUT_FIELDS[2:]] + GPU_ATTRIBUTES
+RECORD_FIELDS = ["model_id", "gpu_id"] + [f.name for f in INPUT_FIELDS[2:]] + GPU_ATTRIBUTES + DERIVED_FIELDS
 RECORD = np.dtype([(n, np.float64 if n in _FLOATS else np.int64) for n in RECORD_FIELDS])
 
 

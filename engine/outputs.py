@@ -10,6 +10,7 @@ from engine.codes import Invalid
 from engine.formulas import formula
 from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
 from engine.formulas.params import has_dims
+from engine.formulas.derived import derive
 from engine.formulas.peak import bottleneck, invalid_reason, peak, usable_bytes
 from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 
@@ -40,22 +41,24 @@ BOOL_COLUMNS = {"fits", "valid"}
 
 @formula
 def row(c):
-    """Every output of one configuration, in OUTPUTS order."""
-    weights, grads, optim = device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c)
+    """Every output of one configuration, in OUTPUTS order (derives the record's rank_* fields first)."""
+    derive(c)
+    weights, grads, optim = c.rank_weight_bytes, c.rank_grad_bytes, c.rank_optimizer_bytes
     reason = invalid_reason(c).value
     overhead, host = overhead_bytes(c), host_bytes(c)
     if not has_dims(c):
         return (weights, grads, optim, NULL, NULL, NULL, NULL, overhead, NULL, NULL, c.capacity_bytes,
                 NULL, NULL, host, int(reason == 0), reason)
-    allocated, phase, act, temp, _ = peak(c)
+    at_peak = peak(c)
+    allocated, phase, act, temp, _ = at_peak
     reserved = allocated + allocator_slack_bytes(act + temp)
     device = reserved + overhead
     return (weights, grads, optim, act, temp, allocated, reserved, overhead, device, phase,
-            c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c), host,
+            c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c, at_peak, overhead), host,
             int(reason == 0), reason)
 
 
-# --- one formula per column: the readable reference of row() -------------------------------------------
+# --- one formula per column: the readable reference of row(), on a record derive() has filled ---------
 
 
 @formula
@@ -118,12 +121,17 @@ def fits(c):
 
 @formula
 def bottleneck_code(c):
-    return bottleneck(c) if has_dims(c) else NULL
+    return bottleneck(c, peak(c), overhead_bytes(c)) if has_dims(c) else NULL
 
 
 @formula
 def valid(c):
     return int(invalid_reason(c) == Invalid.OK)
+
+
+@formula
+def invalid_reason_code(c):
+    return invalid_reason(c).value
 
 
 COLUMN_FORMULAS = {
@@ -142,6 +150,6 @@ COLUMN_FORMULAS = {
     "bottleneck": bottleneck_code,
     "host_bytes": host_bytes,
     "valid": valid,
-    "invalid_reason": invalid_reason,
+    "invalid_reason": invalid_reason_code,
 }
 assert list(COLUMN_FORMULAS) == OUTPUTS

@@ -15,6 +15,7 @@ from engine import DATA_DIR, catalog
 from engine.codes import IntEnum, name_of, names
 from engine.config import GPU_ATTRIBUTES, INPUTS, MODEL_FIELDS, RECORD, empty_records
 from engine.errors import UserError
+from engine.formulas.params import param_count
 
 MODEL_FIELD_NAMES = [f.name for f in MODEL_FIELDS]
 POSITIVE = {"seq_len", "micro_batch", "grad_accum", "tp", "pp", "cp", "ep", "vpp"}
@@ -146,7 +147,7 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
         entry = catalog.resolve_model(model_label)
         for k, v in model_fields(entry).items():
             rec[k] = v
-        model_label = entry.get("key", model_label)
+        model_label = entry["model"]
     gpu_entry = catalog.resolve_gpu(str(given.get("gpu", INPUTS["gpu"].default)).strip())
     for k, v in gpu_attributes(gpu_entry).items():
         rec[k] = v
@@ -155,7 +156,16 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
             rec[name] = parse_value(name, raw)
     check_ranges(rec)
     derive_layout(rec)
-    return rec, model_label, gpu_entry.get("key", given.get("gpu", INPUTS["gpu"].default))
+    normalize_model(rec)
+    return rec, model_label, gpu_entry["gpu"]
+
+
+def normalize_model(rec) -> None:
+    """Spell out what 0 stands for (n_kv_heads = n_heads, head_dim = d_model / n_heads) and the count."""
+    if rec.n_heads > 0:
+        rec.n_kv_heads = rec.n_kv_heads or rec.n_heads
+        rec.head_dim = rec.head_dim or rec.d_model // rec.n_heads
+    rec.n_params = param_count(rec)  # the published count, or the dims' own
 
 
 def check_ranges(rec) -> None:

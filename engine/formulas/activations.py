@@ -20,7 +20,7 @@ Tensor parallelism splits everything but the norms, the q/k/v and FFN inputs and
 sequence parallelism splits those too; context parallelism splits the sequence.
 """
 
-from engine.codes import FFN, Attn, Ckpt, Framework, Norm, PPSchedule, Precision
+from engine.codes import FFN, Attn, Ckpt, Framework, LoraTargets, Norm, PPSchedule, Precision
 from engine.formulas.common import ceil_div, formula
 from engine.formulas.params import has_dims, head_dim, kv_heads, layers_per_stage, n_moe_layers
 from engine.formulas.states import compute_bytes
@@ -69,10 +69,19 @@ def norm_bytes_per_token(c):
 
 
 @formula
+def saves_input(c, targets):
+    """Whether a linear layer keeps its input for backward: always in full training; under LoRA only when
+    adapted (lora_targets >= targets), since a frozen weight's gradient, the only user of x, is not computed
+    (autograd saves mm's `self` only when `mat2` requires grad; tools/autograd/derivatives.yaml)."""
+    return c.lora_rank == 0 or c.lora_targets >= targets
+
+
+@formula
 def replicated_bytes_per_token(c):
     """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, q/k/v and FFN inputs, h-sized masks."""
     masks = 2 * c.d_model if has_dropout(c) else 0
-    return 2 * norm_bytes_per_token(c) + 2 * matmul_input_bytes(c) * c.d_model + masks
+    inputs = 1 + (1 if saves_input(c, LoraTargets.ALL_LINEAR) else 0)  # q/k/v input always (q, v adapted)
+    return 2 * norm_bytes_per_token(c) + inputs * matmul_input_bytes(c) * c.d_model + masks
 
 
 @formula
@@ -83,7 +92,8 @@ def attention_bytes_per_token(c):
         # FlashAttention-2 (arXiv:2307.08691 Alg. 2) saves q, k, v, the output and an fp32 logsumexp.
         return e * (a * d + 2 * g * d) + e * a * d + 4 * a
     kv_expanded = a * d  # repeat_kv / Megatron expand k and v to every query head before QK^T
-    return e * a * d + e * 2 * kv_expanded + matmul_input_bytes(c) * a * d
+    out_proj = matmul_input_bytes(c) * a * d if saves_input(c, LoraTargets.ATTN) else 0
+    return e * a * d + e * 2 * kv_expanded + out_proj
 
 
 @formula
@@ -106,7 +116,8 @@ def scores_bytes_per_token(c):
 @formula
 def ffn_inner_bytes_per_token(c, inner, tokens_factor_num, tokens_factor_den):
     """FFN intermediate tensors per token (inner size f), scaled for routed tokens."""
-    e, mi = compute_bytes(c), matmul_input_bytes(c)
+    e = compute_bytes(c)
+    mi = matmul_input_bytes(c) if saves_input(c, LoraTargets.ALL_LINEAR) else 0  # the down projection's input
     if c.ffn_type == FFN.SWIGLU:
         per = (2 * e + mi) * inner if fused_kernels(c) else (3 * e + mi) * inner
     else:

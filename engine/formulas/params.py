@@ -7,6 +7,8 @@ every catalog entry's published n_params exactly. The rank split follows Megatro
 with the embedding on the first stage and the LM head on the last, EP splits routed experts.
 """
 
+import math
+
 from engine.codes import FFN, Bias, LoraTargets, Norm
 from engine.formulas.common import ceil_div, formula
 
@@ -95,7 +97,8 @@ def embedding_params(c):
 @formula
 def head_params(c):
     """Final norm, plus the LM head V*h unless it is tied to the embedding."""
-    return norm_params(c) + (0 if c.tied_embeddings else c.vocab * c.d_model)
+    untied = c.lm_head and not c.tied_embeddings
+    return norm_params(c) + (c.vocab * c.d_model if untied else 0)
 
 
 @formula
@@ -163,8 +166,10 @@ def nonexpert_params_per_gpu(c):
     if not has_dims(c):
         return ceil_div(c.n_params, c.tp * c.pp)
     n = ceil_div(stage_nonexpert_params(c), c.tp)
-    if c.n_params > 0:  # the published total rules: scale the dims' split to it
-        n = ceil_div(n * c.n_params, dims_param_count(c))
+    if c.n_params > 0:  # the published total rules: scale the dims' split to it (float: n * P overflows)
+        dims = dims_param_count(c)
+        if dims != c.n_params:
+            n = int(math.ceil(n * (c.n_params / dims)))
     return n
 
 

@@ -10,12 +10,11 @@ them between steps: accumulation over micro-batches, pipeline schedules, or fram
 contiguous main-grad buffer, DeepSpeed's gradient partitions).
 """
 
-from engine.codes import Ckpt, Framework, Invalid, Offload, Phase, PPSchedule, Quant
+from engine.codes import Ckpt, Framework, Invalid, Offload, Optimizer, Phase, PPSchedule, Quant
 from engine.formulas.activations import activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.formulas.common import formula
-from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
+from engine.formulas.overhead import allocator_slack_bytes
 from engine.formulas.params import has_dims, kv_heads, layers_per_stage, n_moe_layers
-from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes
 from engine.formulas.temporaries import (
     autocast_cache_bytes,
     backward_workspace_bytes,
@@ -49,7 +48,7 @@ def last_stage_activation_bytes(c):
 @formula
 def states_bytes(c, with_grads):
     """Weights and optimizer states always, gradients when live (offloaded ones live on the host)."""
-    return device_weight_bytes(c) + device_optimizer_bytes(c) + (device_grad_bytes(c) if with_grads else 0)
+    return c.rank_weight_bytes + c.rank_optimizer_bytes + (c.rank_grad_bytes if with_grads else 0)
 
 
 @formula
@@ -61,7 +60,7 @@ def buckets_bytes(c, with_grads):
 @formula
 def pageable_bytes(c):
     """Paged optimizers (bitsandbytes) evict their states to host under pressure in forward and backward."""
-    return device_optimizer_bytes(c) if c.paged else 0
+    return c.rank_optimizer_bytes if c.paged else 0
 
 
 @formula
@@ -122,44 +121,29 @@ def peak(c):
 
 
 @formula
-def reserved_peak_bytes(c):
-    allocated, phase, act, temp, grads = peak(c)
-    return allocated + allocator_slack_bytes(act + temp)
-
-
-@formula
-def device_peak_bytes(c):
-    return reserved_peak_bytes(c) + overhead_bytes(c)
-
-
-@formula
 def usable_bytes(c):
     """What the user lets the job use: capacity minus the headroom kept for runtime variability."""
     return int(c.capacity_bytes * (1.0 - c.headroom))
 
 
 @formula
-def fits(c):
-    return device_peak_bytes(c) <= usable_bytes(c)
-
-
-@formula
-def bottleneck(c):
-    """The largest component at the peak: weights, grads, optimizer, activations, temp or overhead."""
-    allocated, phase, act, temp, grads = peak(c)
+def bottleneck(c, at_peak, overhead):
+    """The largest component at the peak (a Component code): weights, grads, optimizer, activations,
+    temporaries with the allocator's slack, or the overhead beside the tensors."""
+    allocated, phase, act, temp, grads = at_peak
     sizes = (
-        device_weight_bytes(c),
-        device_grad_bytes(c) if grads else 0,
-        device_optimizer_bytes(c),
+        c.rank_weight_bytes,
+        c.rank_grad_bytes if grads else 0,
+        c.rank_optimizer_bytes,
         act,
         temp + allocator_slack_bytes(act + temp),
-        overhead_bytes(c),
+        overhead,
     )
     best = 0
     for i in range(1, 6):
         if sizes[i] > sizes[best]:
             best = i
-    return best  # a Component code: the sizes above are in Component order
+    return best
 
 
 @formula
@@ -169,7 +153,7 @@ def invalid_reason(c):
         return Invalid.GPUS_LAYOUT
     if c.vpp > 1 and (c.pp_schedule != PPSchedule.INTERLEAVED or c.pp == 1):
         return Invalid.VPP_SCHEDULE
-    if c.lora_rank == 0 and c.base_quant != Quant.NONE:
+    if c.lora_rank == 0 and c.base_quant != Quant.NONE and c.optimizer != Optimizer.NONE:
         return Invalid.QUANT_FULL_TRAINING
     if (c.offload != Offload.NONE and c.zero_stage == 0) or (
         c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3

@@ -130,10 +130,16 @@ def sharded(c, n, min_stage, expert):
 
 
 @formula
+def frozen(c):
+    """The base model does not train: LoRA adapters train instead, or there is no optimizer at all."""
+    return c.lora_rank > 0 or c.optimizer == Optimizer.NONE
+
+
+@formula
 def trainable_weight_bytes(c):
     """Weights that train: every parameter, split into non-expert and expert ZeRO groups."""
     b = weight_bytes_per_param(c)
-    if c.lora_rank > 0:
+    if frozen(c):
         return sharded(c, b * lora_params_per_gpu(c), 3, False)
     dense = sharded(c, b * nonexpert_params_per_gpu(c), 3, False)
     return dense + sharded(c, b * expert_params_per_gpu(c), 3, True)
@@ -186,7 +192,7 @@ def offloads_optimizer(c):
 def device_weight_bytes(c):
     """Weights resident on the GPU (between gathers): trainable + frozen base + fp8 copies."""
     total = trainable_weight_bytes(c) + fp8_weight_copy_bytes(c)
-    if c.lora_rank > 0:
+    if frozen(c):
         total += frozen_base_bytes(c)
     return 0 if offloads_weights(c) else total
 
@@ -243,5 +249,5 @@ def host_bytes(c):
     if offloads_optimizer(c):
         total += optimizer_bytes_unplaced(c) + sharded(c, 4 * trainable_params_per_gpu(c), 1, False)
     if offloads_weights(c):
-        total += trainable_weight_bytes(c) + (frozen_base_bytes(c) if c.lora_rank > 0 else 0)
+        total += trainable_weight_bytes(c) + (frozen_base_bytes(c) if frozen(c) else 0)
     return total

@@ -11,24 +11,22 @@
 from engine.codes import Attn, Framework, Optimizer, Precision, Quant
 from engine.formulas.activations import fused_kernels, local_tokens, stream_bytes
 from engine.formulas.common import ceil_div, formula
-from engine.formulas.params import (
-    block_params_per_gpu,
-    has_dims,
-    largest_layer_params,
-    params_per_gpu,
-    trainable_params_per_gpu,
-)
+from engine.formulas.params import has_dims, largest_layer_params
 from engine.formulas.states import compute_bytes, grad_bytes_per_param, is_amp, sharded, state_bytes
 
 
 @formula
 def logits_bytes(c):
     """The LM head's output, s*b*V/t in the compute dtype (vocab-parallel over TP, Megatron)."""
+    if not c.lm_head:
+        return 0
     return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, c.tp)
 
 
 @formula
 def fp32_logits_bytes(c):
+    if not c.lm_head:
+        return 0
     return ceil_div(4 * local_tokens(c) * c.vocab, c.tp)
 
 
@@ -67,7 +65,7 @@ def zero3_gather_bytes(c):
     """
     if c.zero_stage < 3 or c.dp * c.cp == 1:
         return 0
-    return 2 * compute_bytes(c) * block_params_per_gpu(c)
+    return 2 * compute_bytes(c) * c.rank_block_params
 
 
 @formula
@@ -75,7 +73,7 @@ def zero3_grad_bytes(c):
     """ZeRO-3 / FSDP backward: one block's unsharded gradients before their reduce-scatter."""
     if c.zero_stage < 3 or c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
         return 0
-    return grad_bytes_per_param(c) * min(block_params_per_gpu(c), trainable_params_per_gpu(c))
+    return grad_bytes_per_param(c) * min(c.rank_block_params, c.rank_trainable_params)
 
 
 @formula
@@ -84,7 +82,7 @@ def ddp_bucket_bytes(c):
     are off by default). DeepSpeed ZeRO-1/2: the reduce bucket, 5e8 elements by default (reduce_bucket_size)."""
     if c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
         return 0
-    grads = grad_bytes_per_param(c) * trainable_params_per_gpu(c)
+    grads = grad_bytes_per_param(c) * c.rank_trainable_params
     if c.framework == Framework.PYTORCH and c.zero_stage == 0:
         return grads
     if c.framework == Framework.DEEPSPEED and (c.zero_stage == 1 or c.zero_stage == 2):
@@ -98,10 +96,12 @@ def autocast_cache_bytes(c):
     2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
     if c.framework != Framework.PYTORCH or not is_amp(c) or c.precision == Precision.FP8:
         return 0
+    if c.zero_stage == 3 and c.dp * c.cp > 1:
+        return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
         return 0  # bitsandbytes dequantizes instead of casting
     embedding = ceil_div(c.vocab * c.d_model, c.tp * c.pp)  # a lookup, never cast
-    return 2 * max(0, params_per_gpu(c) - embedding)
+    return 2 * max(0, c.rank_params - embedding)
 
 
 @formula
@@ -121,7 +121,7 @@ def optimizer_step_bytes(c):
     DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py). Adafactor
     (transformers/optimization.py) and Lion work per tensor: update buffers of the largest tensor.
     """
-    n, o = trainable_params_per_gpu(c), c.optimizer
+    n, o = c.rank_trainable_params, c.optimizer
     if o == Optimizer.NONE:
         return 0
     if c.framework == Framework.DEEPSPEED:

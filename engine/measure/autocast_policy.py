@@ -103,7 +103,7 @@ def policy_kernel(name: str, policy: str):
                 return op(*_cast(args, dt), **{k: _cast(v, dt) for k, v in kwargs.items()})
             if policy == "banned":
                 raise RuntimeError(f"{name} is unsafe to autocast (CUDA autocast bans it)")
-            return op(*args, **kwargs)  # "passthrough": CPU lists it, CUDA does not
+            raise ValueError(f"unknown autocast policy {policy!r}")
 
     return kernel
 

@@ -59,7 +59,7 @@ def register_autocast(lib: torch.library.Library) -> int:
         lib.impl(name, policy_kernel(name, policy), "AutocastCPU")
         n += 1
     for name in cpu_ops - POLICY.keys():
-        lib.impl(name, policy_kernel(name, "passthrough"), "AutocastCPU")
+        lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")  # as CUDA: no kernel
         n += 1
     return n
 
@@ -100,6 +100,25 @@ def math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     mask = _float_mask(attn_mask, query.dtype)
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+@contextmanager
+def unpacked_sequences():
+    """transformers' packed-sequence check, answered as a real run of our inputs answers it.
+
+    ``masking_utils.find_packed_sequence_indices`` returns None for ``arange`` position ids on real
+    tensors, but it treats any fake tensor as "tracing" and returns a packed-sequence mask, which
+    turns off the ``is_causal`` skip and materializes an s x s mask for every attention call (and
+    rules out flash). Our inputs are never packed, so the answer is None.
+    """
+    import transformers.masking_utils as mu
+
+    original = mu.find_packed_sequence_indices
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices = original
 
 
 @contextmanager

@@ -45,6 +45,7 @@ class Alloc:
     shape: tuple
     died: int | None = None
     host: bool = False  # lives in host memory on CUDA (optimizer ``step`` counters): not counted
+    src: "Alloc | None" = None  # for ``_to_copy``: the storage it copied (finds autocast weight casts)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -112,4 +113,8 @@ class LiveBytes(TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self.track(t, name)
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
+            rec = self.record_of(out)
+            if rec is not None and rec.op == name:
+                rec.src = self.record_of(args[0])
         return out

@@ -1,0 +1,96 @@
+"""The `memsim` command line: parse, call, print. Every user mistake is one line on stderr and exit 2."""
+
+import argparse
+import sys
+
+from engine.config import INPUT_FIELDS
+from engine.errors import UserError
+
+EPILOG_EXPLAIN = """Example:
+  memsim explain --model llama-2-13b --gpu a100-sxm-80gb --n-gpus 8 --zero-stage 3 \\
+      --checkpointing full --precision amp_bf16 --micro-batch 4 --seq-len 4096"""
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per CONFIG.md input (`--seq-len` for seq_len); the help names the default."""
+    from engine.codes import IntEnum, name_of, names
+
+    for f in INPUT_FIELDS:
+        kind = f.kind
+        if isinstance(kind, type) and issubclass(kind, IntEnum):
+            default, choices = name_of(kind(f.default)), f" ({'|'.join(names(kind))})"
+        else:
+            default, choices = f.default, ""
+        if f.name in ("n_gpus", "dp", "n_kv_heads", "head_dim", "n_params") and f.default == 0:
+            default = "derived"
+        extra = {"nargs": "?", "const": "true"} if kind == "bool" else {}
+        parser.add_argument(flag(f.name), dest=f.name, metavar="V", help=f"{f.help}{choices}; default: {default}", **extra)
+    parser.add_argument("--cuda-context-bytes", dest="cuda_context_bytes", metavar="B", help="override the CUDA context size (default: by GPU architecture, data/overheads.toml)")
+
+
+def given_config(args: argparse.Namespace) -> dict:
+    names = [f.name for f in INPUT_FIELDS] + ["cuda_context_bytes"]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def cmd_explain(args) -> None:
+    from engine.explain import explain, render, to_json
+
+    result = explain(given_config(args))
+    print(to_json(result) if args.json else render(result))
+
+
+def cmd_estimate(args) -> None:
+    import pyarrow.parquet as pq
+
+    from engine.atomic import write_atomic
+    from engine.estimate import estimate_table, read_cases
+
+    table = estimate_table(read_cases(args.cases))
+    if args.output.endswith(".csv"):
+        import pyarrow.csv as pacsv
+
+        write_atomic(args.output, lambda tmp: pacsv.write_csv(table, tmp))
+    else:
+        write_atomic(args.output, lambda tmp: pq.write_table(table, tmp))
+    fits = sum(1 for v in table.column("fits").to_pylist() if v)
+    print(f"{table.num_rows} configurations -> {args.output} ({fits} fit)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("explain", help="one configuration as a per-device breakdown", epilog=EPILOG_EXPLAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_flags(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_explain)
+
+    p = sub.add_parser("estimate", help="evaluate a case list (CSV or Parquet with CONFIG.md columns)",
+                       epilog="Example:\n  memsim estimate my_runs.csv -o estimates.parquet", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cases", help="CSV or Parquet file, one configuration per row")
+    p.add_argument("-o", "--output", required=True, help="output .parquet (or .csv)")
+    p.set_defaults(run=cmd_estimate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except UserError as err:
+        print(f"memsim: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memsim: interrupted; nothing half-written was left behind", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

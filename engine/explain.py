@@ -1,0 +1,161 @@
+"""`memsim explain`: one configuration as a per-device breakdown a person reads in five seconds,
+with what to change to make it fit."""
+
+import json
+
+import numpy as np
+
+from engine.codes import Ckpt, INVALID_REASONS, Attn, Component, Invalid, Offload, Phase, name_of
+from engine.config import INPUTS, RECORD
+from engine.formulas.params import param_count, trainable_params_per_gpu
+from engine.kernel import evaluate
+from engine.outputs import OUTPUTS
+from engine.resolve import resolve_case
+
+GIB = 2**30
+COMPONENT_LABELS = {
+    Component.WEIGHTS: "weights",
+    Component.GRADS: "gradients",
+    Component.OPTIMIZER: "optimizer states",
+    Component.ACTIVATIONS: "activations",
+    Component.TEMP: "temporaries + allocator slack",
+    Component.OVERHEAD: "CUDA context, cuBLAS, NCCL",
+}
+
+
+def evaluate_case(case: dict) -> dict:
+    """Every output of one configuration, as {column: value}, plus its resolved record and labels."""
+    rec, model, gpu = resolve_case(case)
+    out = evaluate(np.array([rec], dtype=RECORD))
+    values = {name: int(out[k, 0]) for k, name in enumerate(OUTPUTS)}
+    return {"record": rec, "model": model, "gpu": gpu, **values}
+
+
+def breakdown(result: dict) -> list[tuple[str, int]]:
+    """The device peak split into the six parts people budget for, largest first within the table order."""
+    r = result
+    grads_live = r["allocated_peak_bytes"] - r["weight_bytes"] - r["optimizer_bytes"] - r["activation_bytes"] - r["temp_bytes"]
+    slack = r["reserved_peak_bytes"] - r["allocated_peak_bytes"]
+    return [
+        ("weights", r["weight_bytes"]),
+        ("gradients", max(0, grads_live)),
+        ("optimizer states", r["optimizer_bytes"]),
+        ("activations", r["activation_bytes"]),
+        ("temporaries", r["temp_bytes"]),
+        ("allocator slack", slack),
+        ("CUDA context, cuBLAS, NCCL", r["overhead_bytes"]),
+    ]
+
+
+def variants(case: dict, rec) -> list[tuple[str, dict]]:
+    """Changes worth trying, each as (what to say, the changed case)."""
+    out = []
+    if rec.zero_stage < 3 and rec.dp * rec.cp > 1:
+        out.append((f"ZeRO stage {rec.zero_stage + 1}", {"zero_stage": rec.zero_stage + 1}))
+    if rec.checkpointing == Ckpt.NONE:
+        out.append(("selective activation recomputation", {"checkpointing": "selective"}))
+    if rec.checkpointing != Ckpt.FULL:
+        out.append(("full activation recomputation", {"checkpointing": "full"}))
+    if rec.attention != Attn.FLASH:
+        out.append(("flash attention", {"attention": "flash"}))
+    if rec.micro_batch > 1:
+        mb = rec.micro_batch // 2
+        out.append((f"micro-batch {mb} (grad_accum x2 keeps the batch)", {"micro_batch": mb, "grad_accum": rec.grad_accum * 2}))
+    if rec.dp % 2 == 0:
+        out.append((f"tensor parallel {rec.tp * 2} on the same GPUs", {"tp": rec.tp * 2, "dp": rec.dp // 2}))
+    if rec.tp > 1 and not rec.sp:
+        out.append(("sequence parallel", {"sp": True}))
+    if rec.zero_stage >= 1 and rec.offload == Offload.NONE:
+        out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
+    out.append((f"{rec.n_gpus * 2} GPUs with ZeRO-3", {"n_gpus": rec.n_gpus * 2, "dp": 0, "zero_stage": 3}))
+    return out
+
+
+def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
+    """Each variant's new device peak, those that fit first, then by peak."""
+    rec = result["record"]
+    found = []
+    for label, change in variants(case, rec):
+        changed = {**case, **change}
+        try:
+            r = evaluate_case(changed)
+        except Exception:  # a variant that cannot be laid out is simply not suggested
+            continue
+        if not r["valid"]:
+            continue
+        found.append({"change": label, "device_peak_gib": round(r["device_peak_bytes"] / GIB, 2), "fits": bool(r["fits"]), "set": change})
+    found.sort(key=lambda s: (not s["fits"], s["device_peak_gib"]))
+    return found[:limit]
+
+
+def summary_line(result: dict) -> str:
+    rec = result["record"]
+    layout = f"dp {rec.dp}, tp {rec.tp}, pp {rec.pp}" + (f", cp {rec.cp}" if rec.cp > 1 else "") + (f", ep {rec.ep}" if rec.ep > 1 else "")
+    method = [name_of(INPUTS["precision"].kind(rec.precision)), name_of(INPUTS["optimizer"].kind(rec.optimizer))]
+    if rec.zero_stage:
+        method.append(f"ZeRO-{rec.zero_stage}")
+    if rec.checkpointing != Ckpt.NONE:
+        method.append(f"{name_of(Ckpt(rec.checkpointing))} recompute")
+    if rec.lora_rank:
+        method.append(f"LoRA r={rec.lora_rank}")
+    return (
+        f"{result['model']} ({param_count(rec) / 1e9:.2f}B params) on {rec.n_gpus} x {result['gpu']} ({layout}); "
+        f"{', '.join(method)}; micro-batch {rec.micro_batch}, seq {rec.seq_len}"
+    )
+
+
+def explain(case: dict) -> dict:
+    """The machine-readable explanation: breakdown, peak phase, bottleneck, fits and margin, suggestions."""
+    r = evaluate_case(case)
+    rec = r["record"]
+    usable = int(r["capacity_bytes"] * (1 - rec.headroom))
+    result = {
+        "summary": summary_line(r),
+        "model": r["model"],
+        "gpu": r["gpu"],
+        "valid": bool(r["valid"]),
+        "invalid_reason": INVALID_REASONS[Invalid(r["invalid_reason"])],
+        "breakdown_bytes": dict(breakdown(r)) if r["allocated_peak_bytes"] >= 0 else {},
+        "outputs": {k: r[k] for k in OUTPUTS},
+        "peak_phase": name_of(Phase(r["peak_phase"])) if r["peak_phase"] >= 0 else None,
+        "bottleneck": COMPONENT_LABELS[Component(r["bottleneck"])] if r["bottleneck"] >= 0 else None,
+        "fits": bool(r["fits"] == 1),
+        "usable_bytes": usable,
+        "margin_bytes": usable - r["device_peak_bytes"],
+        "host_bytes": r["host_bytes"],
+        "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
+    }
+    result["suggestions"] = [] if result["fits"] else suggestions(case, r)
+    return result
+
+
+def render(result: dict) -> str:
+    """The five-second table."""
+    lines = [result["summary"], ""]
+    if not result["valid"]:
+        lines.append(f"INVALID layout: {result['invalid_reason']}")
+        return "\n".join(lines)
+    peak = result["outputs"]["device_peak_bytes"]
+    lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")
+    for label, size in result["breakdown_bytes"].items():
+        lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
+    cap, usable = result["outputs"]["capacity_bytes"], result["usable_bytes"]
+    lines.append("-" * 47)
+    lines.append(f"{'device peak (nvidia-smi)':<30}{peak / GIB:>9.2f}   of {cap / GIB:.1f} GiB, {usable / GIB:.1f} usable after headroom")
+    lines.append(f"peak phase: {result['peak_phase']}    bottleneck: {result['bottleneck']}")
+    margin = result["margin_bytes"] / GIB
+    lines.append(f"FITS with {margin:.2f} GiB to spare" if result["fits"] else f"DOES NOT FIT: {-margin:.2f} GiB over budget")
+    if result["host_bytes"]:
+        lines.append(f"host RAM for offload: {result['host_bytes'] / GIB:.2f} GiB per GPU")
+    if result["suggestions"]:
+        lines += ["", "what to change:"]
+        for s in result["suggestions"]:
+            verdict = "fits" if s["fits"] else "still over"
+            lines.append(f"  - {s['change']:<50} -> {s['device_peak_gib']:.2f} GiB ({verdict})")
+    return "\n".join(lines)
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result, indent=2, default=int)
+
+

@@ -1,0 +1,118 @@
+"""The measurement harness: tracker by hand, fake = real CPU, the committed reference set reproduces."""
+
+import csv
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from engine.errors import UserError  # noqa: E402
+from engine.measure import measure_case  # noqa: E402
+from engine.measure.autocast_policy import POLICY  # noqa: E402
+from engine.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noqa: E402
+from engine.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
+
+REFERENCE = Path(__file__).resolve().parent.parent / "data" / "measured" / "cpu_fake.csv"
+TINY_GPT2 = dict(model="tiny-gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=128, ffn_type="gelu",
+                 tied_embeddings=True, n_positions=64, seq_len=32, micro_batch=2, precision="fp32",
+                 optimizer="sgd", attention="eager", dropout=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def test_tracker_counts_a_linear_step_by_hand():
+    # x (8, 16) fp32 = 512 B; W (4, 16) = 256 B; y = x @ W.T (8, 4) = 128 B; loss = y.sum() = 4 B.
+    # Forward peak: x + W + y + loss = 900 B. sum() keeps no input and mm keeps x and W, so y dies
+    # with the forward. Backward: ones_like(loss) 4 B, grad of y = an expand (a view, 0 B),
+    # grad W = (4, 16) = 256 B. Peak = x + W + loss + ones + gradW = 512 + 256 + 4 + 4 + 256 = 1032 B.
+    x, w = torch.ones(8, 16), torch.ones(4, 16, requires_grad=True)
+    with LiveBytes() as lb:
+        lb.track(x)
+        lb.track(w)
+        loss = (x @ w.T).sum()
+        loss.backward()
+    assert lb.live_bytes() == 512 + 256 + 4 + 256  # y and ones_like freed: x, W, loss, W.grad
+    from engine.measure.breakdown import peak
+
+    assert peak(lb, 0, lb.clock)[0] == 1032
+    assert rounded_bytes(4) == 512 and rounded_bytes(1024) == 1024 and rounded_bytes(1025) == 1536
+
+
+def test_tiny_gpt2_weights_by_hand():
+    # wte 128*64 + wpe 64*64 = 12,288; per block: ln 2*2*64 = 256, c_attn 64*192+192 = 12,480,
+    # attn c_proj 64*64+64 = 4,160, c_fc 64*256+256 = 16,640, mlp c_proj 256*64+64 = 16,448
+    # -> 49,984 per block; ln_f 128; tied head. 12,288 + 2*49,984 + 128 = 112,384 params, 4 B each.
+    row = measure_case(TINY_GPT2, "fake")
+    assert row["measured_n_params"] == 112_384
+    assert row["measured_weight_bytes"] == 112_384 * 4
+    assert row["measured_optimizer_bytes"] == 0  # plain SGD keeps no state
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp_bf16"])
+def test_fake_equals_real_cpu_to_the_byte(precision):
+    case = {**TINY_GPT2, "precision": precision, "optimizer": "adamw", "dropout": 0.1}
+    fake, real = measure_case(case, "cpu-fake"), measure_case(case, "cpu")
+    for k in MEASURED_COLUMNS:
+        if k.startswith("measured_"):
+            assert fake[k] == real[k], k
+
+
+def test_cuda_semantics_change_only_what_cuda_does_differently():
+    # CUDA's fused dropout keeps a 1-byte mask where CPU keeps a mask of the input dtype (4 B in fp32).
+    case = {**TINY_GPT2, "dropout": 0.1}
+    cpu, cuda = measure_case(case, "cpu-fake"), measure_case(case, "fake")
+    assert cuda["measured_saved_activation_bytes"] < cpu["measured_saved_activation_bytes"]
+    assert cuda["measured_weight_bytes"] == cpu["measured_weight_bytes"]
+
+
+def test_autocast_policy_names_match_this_build():
+    registered = {q[6:] for q in torch._C._dispatch_get_all_op_names()
+                  if q.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(q, "AutocastCUDA")}
+    assert set(POLICY) - {"binary_cross_entropy"} <= registered | {"cudnn_convolution", "cudnn_convolution_transpose"}
+    assert registered - set(POLICY) == set()
+
+
+def _reference_rows() -> list[dict]:
+    with open(REFERENCE, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_reference_set_is_complete():
+    rows = _reference_rows()
+    assert len(rows) >= 60
+    assert list(rows[0]) == COLUMNS
+    assert len({r["case_id"] for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize("case_id", ["gpt2-124m_amp_bf16_adam_eager_s256_b8",
+                                     "llama-400m-like_bf16_adamw_flash_s2048_b4_lora8-qv"])
+def test_committed_row_reproduces_exactly(case_id):
+    row = next(r for r in _reference_rows() if r["case_id"] == case_id)
+    case = {k: v for k, v in row.items() if k not in MEASURED_COLUMNS and k != "case_id"}
+    got = measure_case(case, "fake")
+    for k in MEASURED_COLUMNS:
+        if k.startswith("measured_"):
+            assert ("" if got[k] is None else str(got[k])) == row[k], k
+
+
+@pytest.mark.parametrize("override, word", [
+    ({"tp": 2}, "tp=2"), ({"zero_stage": 3}, "zero_stage"), ({"checkpointing": "selective"}, "selective"),
+    ({"precision": "fp8"}, "fp8"), ({"base_quant": "nf4"}, "nf4"), ({"n_gpus": 8}, "n_gpus"),
+    ({"norm_type": "rmsnorm"}, "norm_type"), ({"n_heads": 5}, "GPT-2"), ({"attention": "xformers"}, "attention"),
+])
+def test_unsupported_option_is_one_line_user_error(override, word):
+    with pytest.raises(UserError) as e:
+        measure_case({**TINY_GPT2, **override}, "fake")
+    assert word in str(e.value) and "\n" not in str(e.value)
