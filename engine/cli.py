@@ -61,6 +61,30 @@ def cmd_estimate(args) -> None:
     print(f"{table.num_rows} configurations -> {args.output} ({fits} fit)")
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UserError(f"--shard takes K/N (e.g. 3/16), got {text!r}") from None
+    if n < 1 or not 0 <= k < n:
+        raise UserError(f"shard {text} is out of range: use K/N with 0 <= K < N")
+    return k, n
+
+
+def cmd_sweep(args) -> None:
+    from engine.sweep import explain_no_valid, run_sweep
+
+    shard = parse_shard(args.shard) if args.shard else (0, 1)
+    result = run_sweep(args.spec, args.output, shard=shard, force=args.force,
+                       feasible_only=args.feasible_only or None, valid_only=args.valid_only or None,
+                       progress=False if args.quiet else None)
+    rate = result.evaluated / max(result.seconds, 1e-9)
+    print(f"{result.evaluated:,} configurations in {result.seconds:.2f} s ({rate / 1e6:.2f} M/s): "
+          f"{result.valid:,} valid, {result.fits:,} fit; {result.written:,} rows -> {result.out_dir}")
+    if result.valid == 0:
+        raise UserError(f"no valid configuration in this sweep: {explain_no_valid(result)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cases", help="CSV or Parquet file, one configuration per row")
     p.add_argument("-o", "--output", required=True, help="output .parquet (or .csv)")
     p.set_defaults(run=cmd_estimate)
+
+    p = sub.add_parser("sweep", help="evaluate every configuration of a sweep spec into a Parquet dataset",
+                       epilog="Example:\n  memsim sweep data/sweeps/default.toml -o out/default", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="sweep spec (TOML with an [axes] table), e.g. data/sweeps/default.toml")
+    p.add_argument("-o", "--output", required=True, help="dataset directory")
+    p.add_argument("--shard", help="K/N: evaluate only shard K of N (0-based) into the same dataset")
+    p.add_argument("--feasible-only", action="store_true", help="write only valid rows that fit")
+    p.add_argument("--valid-only", action="store_true", help="write only valid layouts")
+    p.add_argument("--force", action="store_true", help="write even if the disk looks too small, or replace another sweep in DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=cmd_sweep)
     return parser
 
 

@@ -43,6 +43,12 @@ BOOL_COLUMNS = {"fits", "valid"}
 def row(c):
     """Every output of one configuration, in OUTPUTS order (derives the record's rank_* fields first)."""
     derive(c)
+    return row_of_derived(c)
+
+
+@formula
+def row_of_derived(c):
+    """row() for a record whose rank_* fields derive() has already filled (the sweep kernel's hoisting)."""
     weights, grads, optim = c.rank_weight_bytes, c.rank_grad_bytes, c.rank_optimizer_bytes
     reason = invalid_reason(c).value
     overhead, host = overhead_bytes(c), host_bytes(c)
@@ -54,7 +60,7 @@ def row(c):
     reserved = allocated + allocator_slack_bytes(act + temp)
     device = reserved + overhead
     return (weights, grads, optim, act, temp, allocated, reserved, overhead, device, phase,
-            c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c, at_peak, overhead), host,
+            c.capacity_bytes, int(device <= usable_bytes(c) and reason == 0), bottleneck(c, at_peak, overhead), host,
             int(reason == 0), reason)
 
 
@@ -116,7 +122,10 @@ def capacity_bytes(c):
 
 @formula
 def fits(c):
-    return int(device_peak_bytes(c) <= usable_bytes(c)) if has_dims(c) else NULL
+    """1 when the device peak is within capacity less headroom, for a layout that can run at all."""
+    if not has_dims(c):
+        return NULL
+    return int(device_peak_bytes(c) <= usable_bytes(c) and invalid_reason(c) == Invalid.OK)
 
 
 @formula

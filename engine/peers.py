@@ -14,7 +14,6 @@ ranks, P parameters. docs/peers.md tabulates the three against memsim and explai
 `python -m engine.peers` prints that table.
 """
 
-import math
 import re
 
 from engine.codes import FFN, Attn, Bias, Ckpt, Norm, Offload, Optimizer, PPSchedule, Precision
@@ -338,8 +337,9 @@ def llm_analysis(c) -> dict:
     always tied (an untied LM head is not counted) and held by every pipeline stage; a gated FFN counted as two
     matrices; activations for all L layers on every stage (p micro-batches of L/p layers) with fp32 layernorm
     inputs, a 1-byte attention-dropout mask even without dropout, logits in the activation dtype and one final
-    norm; GQA, CP and offload ignored; no fp32 logits/loss temporaries, optimizer-step buffers, ZeRO-3 gather
-    buffers, CUDA context or allocator slack; a sum, not a peak over phases.
+    norm; GQA only in the parameter count; CP, offload and the pipeline schedule ignored; no fp32 logits/loss
+    temporaries, optimizer-step buffers, ZeRO-3 gather buffers, CUDA context or allocator slack; a sum, not a
+    peak over phases.
     """
     w, a, e, master, other = llm_analysis_dtype(c)
     weight, grads, states = _llma_model_states(c, w, e, master, other)

@@ -97,7 +97,7 @@ def test_reference_set_is_complete():
 
 
 @pytest.mark.parametrize("case_id", ["gpt2-124m_amp_bf16_adam_eager_s256_b8",
-                                     "llama-400m-like_bf16_adamw_flash_s2048_b4_lora8-qv"])
+                                     "llama-3.2-1b-like_bf16_adamw_flash_s2048_b2_lora8-qv"])
 def test_committed_row_reproduces_exactly(case_id):
     row = next(r for r in _reference_rows() if r["case_id"] == case_id)
     case = {k: v for k, v in row.items() if k not in MEASURED_COLUMNS and k != "case_id"}

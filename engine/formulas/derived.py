@@ -11,6 +11,19 @@ from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, de
 
 
 @formula
+def derive_layout(c, dp_mode):
+    """dp = n_gpus / (tp*pp*cp) unless given (dp_mode 0); n_gpus = dp*tp*pp*cp when only dp is (1);
+    both given (2): kept, and a mismatch makes the row invalid (CONFIG.md, Parallel layout)."""
+    group = c.tp * c.pp * c.cp
+    if dp_mode == 0:
+        if c.n_gpus == 0:
+            c.n_gpus = group
+        c.dp = max(1, c.n_gpus // group)
+    elif dp_mode == 1:
+        c.n_gpus = c.dp * group
+
+
+@formula
 def derive(c):
     """Fill the record's rank_* fields (engine.config.DERIVED_FIELDS) from its inputs."""
     c.rank_params = params_per_gpu(c)

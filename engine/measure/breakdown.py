@@ -7,7 +7,8 @@ Roles at the peak (each live storage in exactly one; they add up to the peak):
     activations made in a forward of this step and still alive when that micro-step's backward
                 starts, i.e. kept for backward (the inputs and the loss included), autocast casts of
                 weights left out
-    weight_casts  the autocast cache's half-precision copies of weights (``_to_copy`` of a parameter)
+    weight_casts  the autocast cache's half-precision copies of weights (``_to_copy`` of a parameter
+                outside the optimizer step)
     temp        everything else: logits and loss buffers that die before backward, activation
                 gradients, optimizer-step temporaries, recompute buffers
 

@@ -109,7 +109,8 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     except UserError:
         raise
     except Exception as e:  # transformers/peft reject the dims: report, do not crash
-        raise UserError(f"transformers cannot build {arch} with these dims: {str(e).splitlines()[0]}") from None
+        why = " ".join(str(e).split())[:300]
+        raise UserError(f"transformers cannot build {arch} with these dims: {why}") from None
     model.train()
     return model
 

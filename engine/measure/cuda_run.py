@@ -17,6 +17,7 @@ from engine.errors import UserError
 def measure_on_cuda(c: dict) -> dict:
     """The ``measured_*`` columns for resolved case ``c``, run for real on ``cuda:0``."""
     from engine.measure.build import transformer_blocks
+    from engine.measure.cuda_semantics import cpu_semantics
     from engine.measure.labels import ModuleLabels
     from engine.measure.measure import MEASURED_STEP, _roles, prepare, summarize
     from engine.measure.tracker import LiveBytes
@@ -29,7 +30,7 @@ def measure_on_cuda(c: dict) -> dict:
     lb = LiveBytes()
     for t in (*model.parameters(), *model.buffers()):
         lb.track(t, "weights")
-    with ModuleLabels(model, transformer_blocks(model), lb), lb:
+    with ModuleLabels(model, transformer_blocks(model), lb), cpu_semantics(c["attention"], "cuda"), lb:
         train_step(model, opt, c, lb, "cuda")
         for t in host_state_tensors(opt):
             rec = lb.record_of(t)

@@ -141,11 +141,16 @@ def cuda_semantics(attention: str):
 
 
 @contextmanager
-def cpu_semantics(attention: str):
-    """Plain CPU behaviour, with SDPA pinned to the backend ``attention`` names (CPU flash or math)."""
+def cpu_semantics(attention: str, device_type: str = "cpu"):
+    """The device's own behaviour, with SDPA pinned to the backends ``attention`` names.
+
+    On CPU 'flash' is the CPU flash kernel (no dropout); on a real GPU it is flash, else the
+    memory-efficient kernel (fp32, masks), as CUDA's default priority picks them.
+    """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backends = {"flash": [SDPBackend.FLASH_ATTENTION], "sdpa_math": [SDPBackend.MATH]}
+    flash = [SDPBackend.FLASH_ATTENTION] + ([SDPBackend.EFFICIENT_ATTENTION] if device_type == "cuda" else [])
+    backends = {"flash": flash, "sdpa_math": [SDPBackend.MATH]}
     if attention not in backends:
         yield
         return

@@ -6,6 +6,7 @@ from contextlib import ExitStack
 
 import torch
 
+from engine.errors import UserError
 from engine.measure import breakdown
 from engine.measure.build import build_model, transformer_blocks
 from engine.measure.case import resolve
@@ -52,6 +53,9 @@ def run_logged(c: dict, device: str = "fake") -> tuple[LiveBytes, dict[str, set[
     ``device``: ``'fake'`` (FakeTensorMode, CUDA semantics emulated), ``'cpu-fake'`` (FakeTensorMode,
     CPU semantics) or ``'cpu'`` (real CPU tensors: tiny models only).
     """
+    if device != "fake" and c["attention"] == "flash" and c["dropout"] > 0:
+        raise UserError(f"CPU's flash kernel has no dropout: measure attention='flash' with dropout "
+                        f"{c['dropout']} on device='fake' (CUDA semantics)")
     with ExitStack() as stack:
         fake_mode = None
         if device in ("fake", "cpu-fake"):
@@ -82,7 +86,8 @@ def _roles(lb: LiveBytes, model: torch.nn.Module, opt) -> dict[str, set[int]]:
     ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}  # noqa: E731
     weights = ids([*model.parameters(), *model.buffers()])
     grads = ids([p.grad for p in model.parameters() if p.grad is not None])
-    casts = {id(r) for r in lb.records if r.op == "_to_copy" and r.src is not None and id(r.src) in weights}
+    casts = {id(r) for r in lb.records  # autocast's casts (forward, or a checkpoint recompute in backward)
+             if r.op == "_to_copy" and r.phase != "optimizer" and r.src is not None and id(r.src) in weights}
     return {"weights": weights, "grads": grads, "optimizer": ids(state_tensors(opt)), "weight_casts": casts}
 
 
@@ -147,8 +152,6 @@ def measure_case(case: dict, device: str = "fake") -> dict:
     True
     """
     if device not in MEASURE_DEVICE:
-        from engine.errors import UserError
-
         raise UserError(f"unknown measure device {device!r}; accepted: {', '.join(MEASURE_DEVICE)}")
     c = resolve(case)
     if device == "cuda":
