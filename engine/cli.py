@@ -41,6 +41,8 @@ def cmd_explain(args) -> None:
     from engine.explain import explain, render, to_json
 
     result = explain(given_config(args))
+    if not result["valid"]:
+        raise UserError(f"this layout cannot run: {result['invalid_reason']} ({result['summary']})")
     print(to_json(result) if args.json else render(result))
 
 

@@ -15,6 +15,7 @@ from engine import DATA_DIR, catalog
 from engine.codes import IntEnum, name_of, names
 from engine.config import GPU_ATTRIBUTES, INPUTS, MODEL_FIELDS, RECORD, empty_records
 from engine.errors import UserError
+from engine.formulas.derived import derive_layout
 from engine.formulas.params import param_count
 
 MODEL_FIELD_NAMES = [f.name for f in MODEL_FIELDS]
@@ -122,19 +123,11 @@ def gpu_attributes(entry: dict) -> dict:
     }
 
 
-def derive_layout(rec) -> None:
-    """dp = n_gpus / (tp*pp*cp) unless given; n_gpus = dp*tp*pp*cp unless given (CONFIG.md)."""
-    group = rec.tp * rec.pp * rec.cp
-    if rec.dp == 0 and rec.n_gpus == 0:
-        rec.dp, rec.n_gpus = 1, group
-    elif rec.dp == 0:
-        if rec.n_gpus % group != 0:
-            raise UserError(
-                f"n_gpus={rec.n_gpus} is not divisible by tp*pp*cp={group} (tp={rec.tp}, pp={rec.pp}, cp={rec.cp})"
-            )
-        rec.dp = rec.n_gpus // group
-    elif rec.n_gpus == 0:
-        rec.n_gpus = rec.dp * group
+def layout_mode(given: dict) -> int:
+    """How dp and n_gpus relate (engine.formulas.derived.derive_layout): 0 dp derived, 1 n_gpus derived, 2 both given."""
+    if "dp" in given and int(float(given["dp"])) > 0:
+        return 2 if "n_gpus" in given and int(float(given["n_gpus"])) > 0 else 1
+    return 0
 
 
 def resolve_case(case: dict) -> tuple[np.record, str, str]:
@@ -155,7 +148,7 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
         if name not in ("model", "gpu"):
             rec[name] = parse_value(name, raw)
     check_ranges(rec)
-    derive_layout(rec)
+    derive_layout(rec, layout_mode(given))  # a layout that does not divide becomes an invalid row
     normalize_model(rec)
     return rec, model_label, gpu_entry["gpu"]
 

@@ -1,0 +1,26 @@
+"""Shared test helpers: a configuration record from keyword overrides (Megatron's `_make_args`)."""
+
+import numpy as np
+
+from engine.config import RECORD
+from engine.formulas.derived import derive, derive_layout
+from engine.resolve import resolve_case
+
+TINY_MODEL = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, vocab=16, ffn_type="swiglu")
+
+
+def config(**overrides):
+    """A resolved, derived record: the tiny model and memsim's defaults, with overrides in CONFIG.md names."""
+    case = {"model": "", **TINY_MODEL, "gpu": "h100-sxm-80gb", **overrides}
+    if case["model"] == "":
+        del case["model"]
+    rec, _, _ = resolve_case(case)
+    rec = np.array([rec], dtype=RECORD).view(np.recarray)[0]
+    derive_layout(rec, 2)
+    derive(rec)
+    return rec
+
+
+def reference(formula):
+    """The plain-Python body of a formula (formulas are plain functions that numba also compiles)."""
+    return getattr(formula, "py_func", formula)

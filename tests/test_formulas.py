@@ -1,0 +1,127 @@
+"""The memory model by hand: tiny cases with the arithmetic in comments, and the properties that must hold."""
+
+import pytest
+
+from engine.formulas.activations import layer_activation_bytes
+from engine.formulas.params import param_count
+from engine.formulas.peak import peak
+from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.formulas.temporaries import optimizer_step_bytes
+from engine.outputs import row
+from tests.support import config
+
+ALLOCATED, DEVICE = 5, 8  # positions in outputs.OUTPUTS
+
+
+def test_param_count_tiny_gqa_swiglu_by_hand():
+    # L=2 h=8 a=2 g=1 d=4 f=16 V=10, SwiGLU, RMSNorm, untied:
+    #   attention: q 8*8 + k,v 2*8*4 + o 8*8 = 192;  FFN 3*8*16 = 384;  norms 2*8 = 16  -> 592 per layer
+    #   embedding 10*8 = 80;  final norm 8 + head 80 = 88  -> 80 + 2*592 + 88 = 1352
+    c = config(n_layers=2, d_model=8, n_heads=2, n_kv_heads=1, d_ff=16, vocab=10)
+    assert param_count(c) == 1352
+
+
+def test_param_count_gpt2_small_matches_hugging_face():
+    # GPT2LMHeadModel.num_parameters() for the 124M config is 124,439,808 (tied head, learned positions).
+    c = config(n_layers=12, d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, vocab=50257, ffn_type="gelu",
+               norm_type="layernorm", linear_bias="all", n_positions=1024, tied_embeddings=True)
+    assert param_count(c) == 124_439_808
+
+
+def test_mixed_precision_adam_is_16_bytes_per_param_under_deepspeed():
+    # ZeRO paper sec. 3.1: 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 master, m, v) = 16 bytes.
+    c = config(n_params=1000, n_layers=0, precision="amp_fp16", framework="deepspeed")
+    assert device_weight_bytes(c) + device_grad_bytes(c) + device_optimizer_bytes(c) == 16 * 1000
+
+
+def test_megatron_keeps_fp32_main_grads_18_bytes_per_param():
+    # megatron/training/theoretical_memory_usage.py: 18 bytes/param, 6 + 12/dp with the distributed optimizer.
+    c = config(n_params=1000, n_layers=0, precision="amp_bf16", framework="megatron")
+    assert device_weight_bytes(c) + device_grad_bytes(c) + device_optimizer_bytes(c) == 18 * 1000
+    c = config(n_params=1000, n_layers=0, precision="amp_bf16", framework="megatron", zero_stage=1, n_gpus=4)
+    assert device_weight_bytes(c) + device_grad_bytes(c) + device_optimizer_bytes(c) == 6 * 1000 + 12 * 1000 // 4
+
+
+def test_korthikanti_table2_tensor_parallel_row_by_hand():
+    # s=4 b=1 h=8 a=2 t=2, GPT layer (GeLU, LayerNorm, dropout), Megatron's fused kernels, eager attention:
+    #   10 sbh = 320;  (24 sbh + 5 a s^2 b) / t = (768 + 160) / 2 = 464  -> 784 bytes
+    c = config(seq_len=4, micro_batch=1, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, ffn_type="gelu",
+               norm_type="layernorm", tp=2, framework="megatron", precision="amp_fp16", dropout=0.1,
+               attention="eager")
+    assert layer_activation_bytes(c, False) == 320 + 464
+
+
+def test_korthikanti_full_recompute_keeps_the_layer_input_only():
+    # Table 2, full recomputation: 2 sbh = 2*4*1*8 = 64 bytes (not divided by t without SP).
+    c = config(seq_len=4, micro_batch=1, d_model=8, n_heads=2, n_kv_heads=2, tp=2, framework="megatron",
+               precision="amp_fp16", checkpointing="full")
+    assert layer_activation_bytes(c, False) == 64
+
+
+def test_flash_attention_drops_the_quadratic_term():
+    eager = config(seq_len=512, attention="eager")
+    flash = config(seq_len=512, attention="flash")
+    assert layer_activation_bytes(flash, False) < layer_activation_bytes(eager, False)
+    # doubling s doubles flash's activations exactly: nothing quadratic left
+    assert layer_activation_bytes(config(seq_len=1024, attention="flash"), False) == 2 * layer_activation_bytes(flash, False)
+
+
+REAL = dict(model="llama-3.1-8b", gpu="h100-sxm-80gb", seq_len=4096, micro_batch=2, attention="eager")
+
+
+def allocated(**kw):
+    return row(config(**{**REAL, **kw}))[ALLOCATED]
+
+
+@pytest.mark.parametrize(
+    "axis, values, fixed",
+    [
+        ("zero_stage", [0, 1, 2, 3], dict(n_gpus=8)),
+        ("tp", [1, 2, 4, 8], dict(n_gpus=8, dp=0)),
+        ("pp", [1, 2, 4, 8], dict(n_gpus=8, grad_accum=8)),
+        ("checkpointing", ["none", "selective", "full"], dict()),
+    ],
+)
+def test_more_sharding_or_recompute_never_raises_the_peak(axis, values, fixed):
+    peaks = [allocated(**{**fixed, axis: v}) for v in values]
+    assert peaks == sorted(peaks, reverse=True), dict(zip(values, peaks))
+
+
+@pytest.mark.parametrize("axis, values", [("micro_batch", [1, 2, 4, 8]), ("seq_len", [512, 1024, 2048, 4096])])
+def test_larger_batch_or_sequence_never_lowers_the_peak(axis, values):
+    peaks = [allocated(**{axis: v}) for v in values]
+    assert peaks == sorted(peaks)
+
+
+def test_lora_never_needs_more_than_full_fine_tuning():
+    for target in ("qv", "attn", "all_linear"):
+        for quant in ("none", "nf4"):
+            assert allocated(lora_rank=64, lora_targets=target, base_quant=quant) < allocated()
+
+
+def test_more_expert_parallelism_never_raises_expert_memory():
+    kw = dict(model="mixtral-8x7b", n_gpus=8, seq_len=2048, micro_batch=1)
+    states = [device_weight_bytes(config(**kw, ep=e)) for e in (1, 2, 4, 8)]
+    assert states == sorted(states, reverse=True) and states[-1] < states[0]
+
+
+def test_context_parallel_divides_activations():
+    kw = dict(model="llama-3.1-8b", seq_len=8192, attention="flash", n_gpus=4)
+    one, four = (layer_activation_bytes(config(**kw, cp=cp), False) for cp in (1, 4))
+    assert one == 4 * four
+
+
+def test_offload_moves_bytes_to_the_host_without_losing_any():
+    # ZeRO-Offload (arXiv:2101.06840 sec. 4): fp32 master + moments and the fp32 gradient partition live on
+    # the host; on the device the same fp32 partition exists only during the optimizer step (DeepSpeed casts
+    # the fp16 gradient partition to fp32 there). What leaves the device arrives on the host, byte for byte.
+    kw = dict(model="llama-3.1-8b", n_gpus=8, zero_stage=2, precision="amp_bf16", framework="deepspeed")
+    on, off = config(**kw), config(**kw, offload="optimizer")
+    on_device = device_weight_bytes(on) + device_optimizer_bytes(on) + optimizer_step_bytes(on)
+    assert device_weight_bytes(off) + host_bytes(off) == on_device
+    assert device_optimizer_bytes(off) == 0 and device_grad_bytes(off) == 0 and host_bytes(on) == 0
+
+
+def test_peak_phase_is_optimizer_for_tiny_activations():
+    c = config(model="llama-3.1-8b", seq_len=16, micro_batch=1)
+    assert peak(c)[1] == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states

@@ -1,0 +1,104 @@
+"""The kernels are the vectorized form of the scalar reference: equal, exactly, on random configurations."""
+
+import numpy as np
+import pytest
+
+from engine import catalog
+from engine.config import RECORD
+from engine.grid import GPU_FIELD_IDS, MODEL_FIELD_IDS, build_grid, parse_spec
+from engine.kernel import UNSET, evaluate
+from engine.outputs import COLUMN_FORMULAS, OUTPUTS, row
+from engine.formulas.derived import derive, derive_layout
+from engine.resolve import resolve_cases
+from engine.sweep import KernelArgs
+from tests.support import reference
+
+CHOICES = dict(
+    precision=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8"],
+    optimizer=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"],
+    framework=["pytorch", "fsdp", "deepspeed", "megatron"],
+    checkpointing=["none", "selective", "full"],
+    attention=["eager", "sdpa_math", "flash"],
+    lora_targets=["qv", "attn", "all_linear"],
+    base_quant=["none", "int8", "nf4"],
+    offload=["none", "optimizer", "optimizer_params"],
+    pp_schedule=["1f1b", "interleaved", "gpipe"],
+)
+
+
+def random_case(rng) -> dict:
+    """Any CONFIG.md input at random, layouts that cannot run included (they must agree too)."""
+    pick = lambda xs: xs[rng.integers(len(xs))]  # noqa: E731
+    case = {name: pick(values) for name, values in CHOICES.items()}
+    case.update(
+        model=pick(list(catalog.load_models())), gpu=pick(list(catalog.load_gpus())),
+        tp=pick([1, 2, 4, 8]), pp=pick([1, 2, 4]), cp=pick([1, 2]), ep=pick([1, 2, 8]),
+        n_gpus=pick([8, 16, 64, 128]), zero_stage=pick([0, 1, 2, 3]), sp=pick([True, False]),
+        vpp=pick([1, 2]), seq_len=pick([128, 1024, 4096, 32768]), micro_batch=pick([1, 2, 8]),
+        grad_accum=pick([1, 4, 16]), lora_rank=pick([0, 0, 8, 64]), dropout=pick([0.0, 0.1]),
+        headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]),
+    )
+    return case
+
+
+def reference_outputs(records) -> np.ndarray:
+    """Each column's own formula, in plain Python, on a derived copy of each record."""
+    want = np.empty((len(OUTPUTS), len(records)), dtype=np.int64)
+    for i in range(len(records)):
+        c = records[i : i + 1].copy().view(np.recarray)[0]
+        derive(c)
+        for k, formula in enumerate(COLUMN_FORMULAS.values()):
+            want[k, i] = reference(formula)(c)
+    return want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_estimate_kernel_equals_reference_on_random_configurations(seed):
+    rng = np.random.default_rng(seed)
+    records, _, _ = resolve_cases([random_case(rng) for _ in range(700)])
+    got = evaluate(records)
+    assert not (got == UNSET).any(), "a column the kernel never wrote"
+    want = reference_outputs(records)
+    for k, name in enumerate(OUTPUTS):
+        np.testing.assert_array_equal(got[k], want[k], err_msg=name)
+
+
+def python_decode(grid, index: int) -> np.recarray:
+    """Configuration `index` of a grid, decoded the slow, obvious way (mixed radix, last axis fastest)."""
+    words = grid.base.copy()
+    digits = []
+    for radix in reversed(grid.radices):
+        digits.append(index % radix)
+        index //= radix
+    for axis, digit in zip(grid.axes, reversed(digits)):
+        if axis.name == "model":
+            words[MODEL_FIELD_IDS] = grid.model_rows[axis.values[digit], MODEL_FIELD_IDS]
+        elif axis.name == "gpu":
+            words[GPU_FIELD_IDS] = grid.gpu_rows[axis.values[digit], GPU_FIELD_IDS]
+        else:
+            words[RECORD.names.index(axis.name)] = axis.values[digit]
+    rec = words.view(RECORD).view(np.recarray)[0]
+    derive_layout(rec, grid.dp_mode)
+    return rec
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sweep_kernel_equals_reference_on_random_grids(seed):
+    rng = np.random.default_rng(100 + seed)
+    models, gpus = list(catalog.load_models()), list(catalog.load_gpus())
+    axes = {
+        "model": list(rng.choice(models, 3, replace=False)), "gpu": list(rng.choice(gpus, 2, replace=False)),
+        "n_gpus": [8, 32], "tp": [1, 2, 8], "zero_stage": [0, 3], "precision": ["amp_bf16", "bf16", "fp32"],
+        "lora_rank": [0, 16], "micro_batch": [1, 4], "seq_len": [1024, 8192], "checkpointing": ["none", "full"],
+        "attention": ["eager", "flash"], "sp": [False, True],
+    }
+    grid = build_grid(parse_spec({"axes": axes}))
+    args = KernelArgs(grid)
+    start = int(rng.integers(0, grid.total // 2))
+    count = min(3000, grid.total - start)
+    out, digits, layout = args.evaluate(start, count)
+    assert not (out == UNSET).any()
+    for i in rng.choice(count, 400, replace=False):
+        rec = python_decode(grid, start + i)
+        assert tuple(out[:, i]) == tuple(int(v) for v in row(rec)), f"index {start + i}"
+        assert (layout[0, i], layout[1, i]) == (rec.dp, rec.n_gpus)
