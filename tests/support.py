@@ -11,9 +11,8 @@ TINY_MODEL = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, vocab
 
 def config(**overrides):
     """A resolved, derived record: the tiny model and memsim's defaults, with overrides in CONFIG.md names."""
-    case = {"model": "", **TINY_MODEL, "gpu": "h100-sxm-80gb", **overrides}
-    if case["model"] == "":
-        del case["model"]
+    base = {} if "model" in overrides else TINY_MODEL
+    case = {**base, "gpu": "h100-sxm-80gb", **overrides}
     rec, _, _ = resolve_case(case)
     rec = np.array([rec], dtype=RECORD).view(np.recarray)[0]
     derive_layout(rec, 2)

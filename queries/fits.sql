@@ -1,0 +1,32 @@
+-- The feasible configurations of one model, best first: fewest GPUs, then most headroom.
+-- params:  $model    VARCHAR  model key
+--          $gpu      VARCHAR  GPU key, or NULL for every GPU type
+--          $limit    BIGINT   rows to return (default 20)
+-- returns: one row per configuration (index), model, method, gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage,
+--          checkpointing, micro_batch, seq_len, device_peak_gib, headroom_gib (free at the peak), bottleneck
+WITH fitting AS (
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND model = $model
+      AND ($gpu IS NULL OR gpu = $gpu)
+),
+best AS (
+    SELECT *
+    FROM fitting
+    ORDER BY n_gpus, capacity_bytes - device_peak_bytes DESC, index
+    LIMIT $limit
+)
+SELECT
+    index,
+    model,
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch, seq_len,
+    device_peak_bytes / 2^30                                                AS device_peak_gib,
+    (capacity_bytes - device_peak_bytes) / 2^30                             AS headroom_gib,
+    bottleneck
+FROM best
+ORDER BY n_gpus, headroom_gib DESC, index;

@@ -1,0 +1,43 @@
+-- The largest model (by parameter count) that fits, per GPU type and GPU count: the feasible frontier.
+-- params:  $seq_len  BIGINT   tokens per sample, or NULL for any swept length
+-- returns: one row per (gpu, n_gpus, method) where some catalog model fits: model, n_params, and its layout
+--          with the most headroom (tp, pp, zero_stage, checkpointing, micro_batch, seq_len, headroom_gib).
+--          Models outside the catalog (config.json paths) have no n_params in `models` and are left out.
+WITH fitting AS (
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND ($seq_len IS NULL OR seq_len = $seq_len)
+),
+roomiest_per_model AS (
+    SELECT
+        gpu, n_gpus, precision, optimizer, framework, lora_rank, base_quant, offload, model,
+        arg_max({'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
+                 'micro_batch': micro_batch, 'seq_len': seq_len,
+                 'headroom_bytes': capacity_bytes - device_peak_bytes},
+                (capacity_bytes - device_peak_bytes, -index))               AS layout
+    FROM fitting
+    GROUP BY ALL
+),
+largest AS (
+    SELECT
+        r.gpu, r.n_gpus, r.precision, r.optimizer, r.framework, r.lora_rank, r.base_quant, r.offload,
+        arg_max({'model': r.model, 'n_params': m.n_params, 'layout': r.layout}, (m.n_params, r.model)) AS best
+    FROM roomiest_per_model AS r
+    JOIN models AS m USING (model)
+    GROUP BY ALL
+)
+SELECT
+    gpu,
+    n_gpus,
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    best.model,
+    best.n_params,
+    best.layout.tp, best.layout.pp, best.layout.zero_stage, best.layout.checkpointing,
+    best.layout.micro_batch, best.layout.seq_len,
+    best.layout.headroom_bytes / 2^30                                      AS headroom_gib
+FROM largest
+ORDER BY gpu, method, n_gpus;

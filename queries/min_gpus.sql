@@ -1,0 +1,35 @@
+-- The fewest GPUs of each type that can train each model, and the layout that does it (most headroom at that count).
+-- params:  $seq_len  BIGINT   tokens per sample, or NULL for any swept length
+-- returns: one row per (model, method, gpu) with a fitting configuration: min_gpus, dp, tp, pp, cp, ep, sp,
+--          zero_stage, checkpointing, micro_batch, seq_len, device_peak_gib, headroom_gib
+WITH fitting AS (
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND ($seq_len IS NULL OR seq_len = $seq_len)
+),
+fewest AS (
+    SELECT
+        model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
+        -- fewest GPUs, then the lowest device peak, then the first in sweep order: one row, deterministically
+        arg_min({'n_gpus': n_gpus, 'dp': dp, 'tp': tp, 'pp': pp, 'cp': cp, 'ep': ep, 'sp': sp,
+                 'zero_stage': zero_stage, 'checkpointing': checkpointing, 'micro_batch': micro_batch,
+                 'seq_len': seq_len, 'device_peak_bytes': device_peak_bytes, 'capacity_bytes': capacity_bytes},
+                (n_gpus, device_peak_bytes, index))                         AS best
+    FROM fitting
+    GROUP BY ALL
+)
+SELECT
+    model,
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    gpu,
+    best.n_gpus                                                             AS min_gpus,
+    best.dp, best.tp, best.pp, best.cp, best.ep, best.sp, best.zero_stage, best.checkpointing,
+    best.micro_batch, best.seq_len,
+    best.device_peak_bytes / 2^30                                           AS device_peak_gib,
+    (best.capacity_bytes - best.device_peak_bytes) / 2^30                   AS headroom_gib
+FROM fewest
+ORDER BY model, method, min_gpus, headroom_gib DESC, gpu;
