@@ -10,6 +10,7 @@ from engine.config import INPUTS, RECORD
 from engine.formulas.params import param_count, trainable_params_per_gpu
 from engine.kernel import evaluate
 from engine.outputs import OUTPUTS
+from engine.errors import UserError
 from engine.resolve import resolve_case
 
 GIB = 2**30
@@ -71,21 +72,40 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
     return out
 
 
-def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
-    """Each variant's new device peak, those that fit first, then by peak."""
-    rec = result["record"]
+def try_variants(case: dict, rec) -> list[dict]:
+    """Each single change's new device peak, for layouts that can run."""
     found = []
     for label, change in variants(case, rec):
-        changed = {**case, **change}
         try:
-            r = evaluate_case(changed)
-        except Exception:  # a variant that cannot be laid out is simply not suggested
+            r = evaluate_case({**case, **change})
+        except UserError:  # a change the layout cannot take (e.g. an odd GPU count) is not suggested
             continue
-        if not r["valid"]:
-            continue
-        found.append({"change": label, "device_peak_gib": round(r["device_peak_bytes"] / GIB, 2), "fits": bool(r["fits"]), "set": change})
-    found.sort(key=lambda s: (not s["fits"], s["device_peak_gib"]))
-    return found[:limit]
+        if r["valid"]:
+            found.append({"change": label, "set": change, "device_peak_bytes": r["device_peak_bytes"],
+                          "fits": bool(r["fits"]), "record": r["record"]})
+    return found
+
+
+def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
+    """Single changes, those that fit first, then by peak."""
+    found = sorted(try_variants(case, result["record"]), key=lambda s: (not s["fits"], s["device_peak_bytes"]))
+    return [{k: v for k, v in s.items() if k != "record"} for s in found[:limit]]
+
+
+def plan(case: dict, result: dict, max_steps: int = 5) -> list[dict]:
+    """Changes combined greedily (each step takes the change that lowers the peak most) until it fits."""
+    steps, current, peak = [], dict(case), result["device_peak_bytes"]
+    rec = result["record"]
+    for _ in range(max_steps):
+        options = [s for s in try_variants(current, rec) if s["device_peak_bytes"] < peak]
+        if not options:
+            break
+        best = min(options, key=lambda s: (not s["fits"], s["device_peak_bytes"]))
+        current, peak, rec = {**current, **best["set"]}, best["device_peak_bytes"], best["record"]
+        steps.append({"change": best["change"], "set": best["set"], "device_peak_bytes": peak, "fits": best["fits"]})
+        if best["fits"]:
+            break
+    return steps
 
 
 def summary_line(result: dict) -> str:
@@ -126,6 +146,7 @@ def explain(case: dict) -> dict:
         "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
     }
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
+    result["plan"] = [] if result["fits"] else plan(case, r)
     return result
 
 
@@ -148,11 +169,18 @@ def render(result: dict) -> str:
     if result["host_bytes"]:
         lines.append(f"host RAM for offload: {result['host_bytes'] / GIB:.2f} GiB per GPU")
     if result["suggestions"]:
-        lines += ["", "what to change:"]
+        lines += ["", "what to change (one at a time):"]
         for s in result["suggestions"]:
-            verdict = "fits" if s["fits"] else "still over"
-            lines.append(f"  - {s['change']:<50} -> {s['device_peak_gib']:.2f} GiB ({verdict})")
+            lines.append(f"  - {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
+    if result["plan"] and not any(s["fits"] for s in result["suggestions"]):
+        lines += ["", "combined, step by step:"]
+        for i, s in enumerate(result["plan"], 1):
+            lines.append(f"  {i}. {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
     return "\n".join(lines)
+
+
+def verdict(step: dict) -> str:
+    return "fits" if step["fits"] else "still over"
 
 
 def to_json(result: dict) -> str:

@@ -1,0 +1,38 @@
+-- GPU types side by side for one model: the fewest GPUs that fit, the largest micro-batch and the most headroom at that count, and its $/h.
+-- params:  $model    VARCHAR  model key
+--          $seq_len  BIGINT   tokens per sample, or NULL for any swept length
+-- returns: one row per (method, gpu) that fits: hbm_gib, min_gpus, max_micro_batch and headroom_gib at
+--          min_gpus, usd_per_gpu_hour, fleet_usd_per_hour (NULL without a catalog price)
+WITH fitting AS (
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND model = $model
+      AND ($seq_len IS NULL OR seq_len = $seq_len)
+),
+at_fewest AS (
+    SELECT
+        model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
+        min(n_gpus)                                                         AS min_gpus,
+        -- the row at the fewest GPUs with the largest micro-batch / the most free memory
+        arg_min(micro_batch, (n_gpus, -micro_batch))                        AS max_micro_batch,
+        arg_min(capacity_bytes - device_peak_bytes, (n_gpus, device_peak_bytes - capacity_bytes)) AS headroom_bytes
+    FROM fitting
+    GROUP BY ALL
+)
+SELECT
+    model,
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    gpu,
+    g.hbm_bytes / 2^30                                                      AS hbm_gib,
+    min_gpus,
+    max_micro_batch,
+    headroom_bytes / 2^30                                                   AS headroom_gib,
+    g.usd_per_hour                                                          AS usd_per_gpu_hour,
+    min_gpus * g.usd_per_hour                                               AS fleet_usd_per_hour
+FROM at_fewest
+LEFT JOIN gpus AS g USING (gpu)
+ORDER BY method, min_gpus, fleet_usd_per_hour NULLS LAST, gpu;

@@ -1,0 +1,101 @@
+"""Every subcommand, as a user runs it: real files, exit codes, one-line errors and no tracebacks."""
+
+import json
+
+import polars as pl
+import pytest
+
+from engine.cli import build_parser, main
+
+LAUNCH = ["explain", "--model", "llama-2-13b", "--gpu", "a100-sxm-80gb", "--n-gpus", "8", "--zero-stage", "3",
+          "--checkpointing", "full", "--precision", "amp_bf16", "--micro-batch", "4"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_subcommand_has_help_with_an_example():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert p.epilog and "Example:" in p.epilog, name
+
+
+def test_explain_prints_the_breakdown_and_verdict(capsys):
+    code, out, _ = run(capsys, *LAUNCH)
+    assert code == 0
+    for word in ("weights", "optimizer states", "activations", "device peak", "peak phase", "bottleneck"):
+        assert word in out
+    assert "FITS" in out or "DOES NOT FIT" in out
+
+
+def test_explain_json_components_add_up_to_the_device_peak(capsys):
+    code, out, _ = run(capsys, *LAUNCH, "--json")
+    r = json.loads(out)
+    assert sum(r["breakdown_bytes"].values()) == r["outputs"]["device_peak_bytes"]
+    assert r["margin_bytes"] == r["usable_bytes"] - r["outputs"]["device_peak_bytes"]
+
+
+def test_explain_suggests_changes_that_make_it_fit(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--n-gpus", "8",
+                       "--micro-batch", "8", "--seq-len", "8192", "--json")
+    r = json.loads(out)
+    assert not r["fits"] and r["plan"][-1]["fits"]
+    peaks = [s["device_peak_bytes"] for s in r["plan"]]
+    assert peaks == sorted(peaks, reverse=True)  # every step helps
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["explain", "--model", "llama-3.1-8c"], "did you mean"),
+        (["explain", "--gpu", "h100-sxm"], "did you mean"),
+        (["explain", "--model", "llama-2-13b", "--tp", "3", "--n-gpus", "3"], "tp does not divide n_heads"),
+        (["explain", "--micro-batch", "0"], "micro_batch must be a positive integer"),
+        (["explain", "--seq-len", "-5"], "seq_len must be a positive integer"),
+        (["explain", "--precision", "bf32"], "accepted: fp32"),
+        (["explain", "--model", "tests/fixtures/does-not-exist.json"], "no such model config file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_malformed_config_json_is_a_clear_error(capsys, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    code, _, err = run(capsys, "explain", "--model", str(bad))
+    assert code == 2 and "config.json" in err and "Traceback" not in err
+
+
+def test_estimate_writes_every_output_beside_the_inputs(capsys, tmp_path):
+    cases = tmp_path / "cases.csv"
+    cases.write_text("model,gpu,n_gpus,tp,micro_batch,seq_len\nllama-3.1-8b,h100,8,2,2,4096\ngpt2,rtx-4090,,,4,\n")
+    out = tmp_path / "est.parquet"
+    code, text, _ = run(capsys, "estimate", str(cases), "-o", str(out))
+    assert code == 0 and "2 configurations" in text
+    df = pl.read_parquet(out)
+    assert df["model"].to_list() == ["llama-3.1-8b", "gpt2"] and df["gpu"].to_list() == ["h100-sxm-80gb", "rtx-4090"]
+    assert df["dp"].to_list() == [4, 1] and df["seq_len"].to_list() == [4096, 2048]  # empty cell = default
+    assert {"device_peak_bytes", "fits", "peak_phase", "bottleneck", "valid", "invalid_reason"} <= set(df.columns)
+
+
+def test_estimate_keeps_invalid_rows_with_their_reason(capsys, tmp_path):
+    cases = tmp_path / "cases.csv"
+    cases.write_text("model,n_gpus,tp\nllama-3.1-8b,8,3\n")
+    out = tmp_path / "est.parquet"
+    assert run(capsys, "estimate", str(cases), "-o", str(out))[0] == 0
+    df = pl.read_parquet(out)
+    assert df["valid"].to_list() == [False] and "n_gpus is not" in df["invalid_reason"][0]
+
+
+def test_estimate_unknown_column_names_it(capsys, tmp_path):
+    cases = tmp_path / "cases.csv"
+    cases.write_text("model,microbatch\nllama-3.1-8b,2\n")
+    code, _, err = run(capsys, "estimate", str(cases), "-o", str(tmp_path / "x.parquet"))
+    assert code == 2 and "unknown column 'microbatch'" in err and "micro_batch" in err
