@@ -87,6 +87,42 @@ def cmd_sweep(args) -> None:
         raise UserError(f"no valid configuration in this sweep: {explain_no_valid(result)}")
 
 
+def cmd_query(args) -> None:
+    from engine.queries import emit, list_queries, parse_params, read_query, run_query
+
+    if args.list:
+        if args.name:
+            q = read_query(args.name)
+            params = "".join(f"\n  ${p.name} {p.type}: {p.meaning}" for p in q.params) or "\n  none"
+            print(f"{q.name}: {q.purpose}\nparams:{params}\nreturns: {q.returns}")
+            return
+        queries = list_queries()
+        width = max(len(name) for name, _ in queries)
+        print("\n".join(f"{name:<{width}}  {purpose}" for name, purpose in queries))
+        return
+    if not args.name:
+        raise UserError("name a query (memsim query NAME --sweep DIR), or list them with memsim query --list")
+    if not args.sweep:
+        raise UserError(f"query {args.name} reads a sweep: add --sweep DIR (a directory written by memsim sweep)")
+    params = parse_params(args.param)
+    from engine.views import connect
+
+    emit(run_query(connect(args.sweep), args.name, params), args.format, args.output)
+
+
+def cmd_sql(args) -> None:
+    from engine.queries import emit, run_sql
+    from engine.views import connect
+
+    emit(run_sql(connect(args.sweep), args.sql), args.format, args.output)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=["table", "csv", "json", "parquet"],
+                        help="output format (default: from -o's suffix, else an aligned table)")
+    parser.add_argument("-o", "--output", help="write the rows to FILE (atomically) instead of printing them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,6 +148,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write even if the disk looks too small, or replace another sweep in DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=cmd_sweep)
+
+    p = sub.add_parser("query", help="run a named question from queries/ over a sweep (--list shows them)",
+                       epilog="Example:\n  memsim query min_gpus --sweep out/default --param seq_len=4096\n"
+                              "  memsim query fits --sweep out/default --param model=llama-3.1-70b --param gpu=h100 --format csv\n"
+                              "  memsim query --list", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="query name (a file queries/NAME.sql)")
+    p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory (written by memsim sweep)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a query parameter; repeat for more")
+    p.add_argument("--list", action="store_true", help="list the queries and their purposes (with NAME: its parameters)")
+    add_output_flags(p)
+    p.set_defaults(run=cmd_query)
+
+    p = sub.add_parser("sql", help="run your own SQL over the views sweep, models and gpus",
+                       epilog="Example:\n  memsim sql \"SELECT gpu, count(*) AS fit FROM sweep WHERE fits GROUP BY ALL ORDER BY fit DESC\" --sweep out/default\n"
+                              "  memsim sql \"SELECT gpu, hbm_bytes / 2^30 AS hbm_gib FROM gpus ORDER BY hbm_gib\"",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sql", help="one SQL statement (DuckDB dialect)")
+    p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory; without it only models and gpus exist")
+    add_output_flags(p)
+    p.set_defaults(run=cmd_sql)
     return parser
 
 

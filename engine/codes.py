@@ -76,6 +76,14 @@ class FFN(IntEnum):
     SWIGLU = 1  # three matrices: gate, up, down (Llama, Mistral, Qwen, gated-GELU)
 
 
+class ActFn(IntEnum):
+    """How the FFN's activation is implemented, which decides what it saves for backward."""
+
+    GELU = 0  # one fused/erf kernel (torch gelu, Megatron bias-gelu): saves its input
+    GELU_NEW = 1  # Hugging Face's Python tanh formula (GPT-2 "gelu_new"): five saved tensors
+    SILU = 2  # the gate of a SwiGLU FFN
+
+
 class Norm(IntEnum):
     LAYERNORM = 0  # weight + bias
     RMSNORM = 1  # weight only
@@ -152,6 +160,7 @@ CHOICES = {
     "offload": Offload,
     "pp_schedule": PPSchedule,
     "ffn_type": FFN,
+    "act_fn": ActFn,
     "norm_type": Norm,
     "linear_bias": Bias,
     "peak_phase": Phase,

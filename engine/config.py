@@ -48,6 +48,10 @@ MODEL_FIELDS = [
     Field("kv_lora_rank", "int", 0, "MLA key/value low-rank size (0 = standard attention)"),
     Field("qk_rope_head_dim", "int", 0, "MLA rotary part of each query/key head"),
     Field("v_head_dim", "int", 0, "MLA value head size"),
+    # How the Hugging Face module is written (what framework = pytorch | fsdp runs): it decides the saved tensors.
+    Field("act_fn", codes.ActFn, codes.ActFn.GELU, "FFN activation as implemented: gelu (one kernel), gelu_new (HF GPT-2's Python tanh), silu"),
+    Field("fused_projections", "bool", False, "q/k/v (and gate/up) are one matmul in the HF module (GPT-2 c_attn, Phi-3)"),
+    Field("softmax_fp32", "bool", True, "the HF eager attention computes softmax in fp32 (Llama family; not GPT-2, BERT)"),
 ]
 
 WORKLOAD_FIELDS = [

@@ -104,6 +104,9 @@ def _gpt2(r: _Reader) -> dict:
         "linear_bias": "all",
         "n_positions": r.size("n_positions"),
         "dropout": float(r.cfg.get("resid_pdrop", 0.1)),
+        "act_fn": "gelu_new" if r.cfg.get("activation_function", "gelu_new") == "gelu_new" else "gelu",
+        "fused_projections": True,  # c_attn: one Conv1D for q, k, v
+        "softmax_fp32": False,  # GPT2Attention's eager softmax runs in the input dtype
     }
 
 
@@ -168,7 +171,7 @@ def _deepseek(r: _Reader) -> dict:
 MAPPERS = {
     "llama": _llama,
     "mistral": _llama,
-    "phi3": _llama,
+    "phi3": lambda r: _llama(r) | {"fused_projections": True},  # qkv_proj, gate_up_proj
     "qwen2": lambda r: _llama(r, qkv_bias=True),
     "gemma": lambda r: _gemma(r, norms=2),
     "gemma2": lambda r: _gemma(r, norms=4),

@@ -35,7 +35,8 @@ SELECT
     gpu,
     -- a window over the few aggregated rows, not over the sweep
     CASE WHEN fleet_usd_per_hour IS NOT NULL THEN
-        rank() OVER (PARTITION BY model, method ORDER BY fleet_usd_per_hour NULLS LAST)
+        rank() OVER (PARTITION BY model, precision, optimizer, framework, lora_rank, base_quant, offload
+                     ORDER BY fleet_usd_per_hour NULLS LAST)
     END                                                                     AS price_rank,
     min_gpus,
     nodes,

@@ -1,12 +1,12 @@
--- What ZeRO, tensor parallelism and recompute buy: one model's lowest device peak on one GPU type per
--- (zero_stage, tp, checkpointing), over every other axis (n_gpus, pp, micro-batch, sequence, unless pinned).
+-- What ZeRO, TP and recompute buy: one model's lowest device peak on one GPU type per ZeRO stage, TP and recompute.
 -- params:  $model        VARCHAR  model key
 --          $gpu          VARCHAR  GPU key
 --          $n_gpus       BIGINT   GPU count, or NULL for any
 --          $micro_batch  BIGINT   samples per GPU, or NULL for any
 --          $seq_len      BIGINT   tokens per sample, or NULL for any
--- returns: one row per (method, zero_stage, tp, checkpointing) over valid layouts: min_device_peak_gib,
---          usable_gib (capacity less headroom), any_fits, fitting (count)
+-- returns: one row per (method, zero_stage, tp, checkpointing) over valid layouts, the other axes (n_gpus, pp,
+--          micro_batch, seq_len, unless pinned) at their lowest peak: min_device_peak_gib, usable_gib (capacity less
+--          headroom), any_fits, fitting (count)
 WITH layouts AS (
     SELECT *
     FROM sweep

@@ -1,28 +1,32 @@
-"""Activations saved for the backward pass, on the most loaded (first) pipeline stage.
+"""Activations saved for the backward pass, on the most loaded pipeline stage.
 
 Korthikanti et al. 2022 (arXiv:2205.05198, Table 2) count a GPT layer as sbh(34 + 5as/h) bytes: 16-bit
 tensors, 1-byte dropout masks, fused LayerNorm/GeLU/softmax kernels (Megatron). We rebuild that sum from the
 tensors each op saves, so it generalises to GQA, SwiGLU, RMSNorm, no dropout and flash attention, and so the
-Hugging Face eager modules (what `framework = pytorch | fsdp` runs) get their own, measured, accounting:
+Hugging Face modules that `framework = pytorch | fsdp` runs get their own accounting, measured op by op on real
+training steps (data/measured/, `memsim measure`; per-layer anatomy in data/measured/README.md):
 
-    term (elements per token)          Megatron (fused)            Hugging Face eager modules
-    norm, per norm                     input h                     LayerNorm: input h; RMSNorm: fp32 copy + normed h
-    q/k/v and FFN matmul inputs        h each                     same (a 16-bit cast copy under autocast)
-    q, k for QK^T; v                   a*d + a*d; a*d (GQA: k, v   same; flash saves q, k, v unexpanded,
-                                       expanded to a heads)        out and an fp32 logsumexp (FlashAttention-2)
-    scores (eager)                     softmax out a*s             fp32 softmax out + 16-bit cast a*s
-    dropout                            mask a*s + out a*s; masks h same
-    out-proj input                     a*d                         same
-    FFN inner                          GeLU: in f + out f          GeLU: in f + out f; SwiGLU: gate, up, silu, prod 4f
-                                       SwiGLU: gate|up 2f + out f
-For the GPT layer with Megatron conventions this sums to exactly 34 sbh + 5 as^2 b (tests/test_golden.py).
-Tensor parallelism splits everything but the norms, the q/k/v and FFN inputs and the h-sized masks (10 sbh);
-sequence parallelism splits those too; context parallelism splits the sequence.
+    per token, per layer          Megatron / DeepSpeed (fused)        Hugging Face modules
+    norm (x2)                     input h                             LayerNorm: input h + fp32 mean, rstd
+                                                                      RMSNorm: fp32 upcast 4h + normed h + rsqrt
+    projection inputs             one h-sized input per group         under torch.autocast each matmul saves its own
+                                                                      16-bit cast: q, k, v (3, or 1 fused) and
+                                                                      gate, up (2, or 1); LoRA: each adapter's copy
+    q, k, v; out-proj input       a*d, a*d, a*d, a*d (k, v expanded   same; flash keeps k, v unexpanded (g*d) and an
+                                  to every head)                      fp32 logsumexp; sdpa_math upcasts q, k, v to fp32
+    scores (eager, sdpa_math)     softmax a*s + dropout mask + out    softmax in fp32 (Llama; GPT-2 in its dtype
+                                                                      unless autocast), then mask + out or a cast
+    FFN intermediates             GeLU: f in + f out; SwiGLU: 2f + f  GeLU f + f; gelu_new (GPT-2) five tensors;
+                                                                      SwiGLU gate, silu, up, product: 4f
+    dropout masks                 h after attention, h after the FFN  same (1-byte bool masks on CUDA)
+With Megatron's conventions the GPT layer sums to exactly 34 sbh + 5 as^2 b (tests/test_golden.py).
+Tensor parallelism splits everything but the norms, the projection inputs and the h-sized masks (Korthikanti's
+10 sbh); sequence parallelism splits those too; context parallelism splits the sequence.
 """
 
-from engine.codes import FFN, Attn, Ckpt, Framework, LoraTargets, Norm, PPSchedule, Precision
+from engine.codes import FFN, ActFn, Attn, Ckpt, Framework, LoraTargets, Norm, PPSchedule, Precision
 from engine.formulas.common import ceil_div, formula
-from engine.formulas.params import has_dims, head_dim, kv_heads, layers_per_stage, n_moe_layers
+from engine.formulas.params import has_dims, layers_per_stage, n_moe_layers
 from engine.formulas.states import compute_bytes
 
 
@@ -33,19 +37,22 @@ def fused_kernels(c):
 
 
 @formula
+def autocast(c):
+    """torch.autocast (framework pytorch, amp): fp32 weights and residual stream, 16-bit matmuls."""
+    p = c.precision
+    return c.framework == Framework.PYTORCH and (p == Precision.AMP_BF16 or p == Precision.AMP_FP16)
+
+
+@formula
 def stream_bytes(c):
-    """Residual-stream element size: fp32 under torch.autocast (its elementwise ops stay fp32), else compute."""
-    if c.framework == Framework.PYTORCH and c.precision != Precision.BF16 and c.precision != Precision.FP16:
-        return 4
-    return compute_bytes(c)
+    """Residual-stream element size: fp32 under autocast (its elementwise ops stay fp32), else compute."""
+    return 4 if autocast(c) else compute_bytes(c)
 
 
 @formula
 def matmul_input_bytes(c):
     """Element size of a saved matmul input: 16-bit (autocast's cast copy), 4 in fp32, 1 in fp8 (TE)."""
-    if c.precision == Precision.FP8:
-        return 1
-    return compute_bytes(c)
+    return 1 if c.precision == Precision.FP8 else compute_bytes(c)
 
 
 @formula
@@ -61,39 +68,65 @@ def local_tokens(c):
 
 @formula
 def norm_bytes_per_token(c):
-    """One norm's saved tensors per token: the input; HF RMSNorm also keeps its fp32 upcast and normed copy."""
+    """One norm's saved tensors per token (its output is counted as the next projection's input)."""
     h, st = c.d_model, stream_bytes(c)
-    if fused_kernels(c) or c.norm_type == Norm.LAYERNORM:
+    if fused_kernels(c):
         return st * h
-    return 4 * h + st * h  # hidden.to(float32) and hidden.to(input_dtype) (modeling_llama.py LlamaRMSNorm)
+    if c.norm_type == Norm.LAYERNORM:
+        return st * h + 8  # input + fp32 mean and rstd (torch native_layer_norm)
+    # fp32 upcast and rsqrt (modeling_llama.py LlamaRMSNorm); `weight * normed` keeps the normed copy only
+    # when the weight trains, which under LoRA it does not.
+    return 4 * h + (st * h if c.lora_rank == 0 else 0) + 4
 
 
 @formula
-def saves_input(c, targets):
-    """Whether a linear layer keeps its input for backward: always in full training; under LoRA only when
-    adapted (lora_targets >= targets), since a frozen weight's gradient, the only user of x, is not computed
-    (autograd saves mm's `self` only when `mat2` requires grad; tools/autograd/derivatives.yaml)."""
-    return c.lora_rank == 0 or c.lora_targets >= targets
+def adapted(c, targets):
+    """Whether LoRA adapts a projection group: lora_targets >= targets (qv < attn < all_linear)."""
+    return c.lora_targets >= targets
+
+
+@formula
+def input_copies(c, separate, targets, adapters):
+    """Saved copies of one projection group's input, in bytes per input element.
+
+    Full training: one shared input, or under autocast one 16-bit cast per separate matmul (autocast caches
+    weights, not activations). LoRA: a frozen weight needs no input (autograd saves mm's `self` only when `mat2`
+    requires grad, tools/autograd/derivatives.yaml); each adapter saves its own input cast to its dtype (PEFT
+    keeps adapters in fp32 over a 16-bit base, lora/layer.py _cast_input_dtype), shared when no cast is needed.
+    """
+    if c.lora_rank == 0:
+        n = separate if autocast(c) and not c.fused_projections else 1
+        return n * matmul_input_bytes(c)
+    if not adapted(c, targets):
+        return 0
+    if c.precision == Precision.FP32:
+        return 4
+    n = 1 if c.fused_projections else adapters
+    return n * (2 if autocast(c) else 4)
 
 
 @formula
 def replicated_bytes_per_token(c):
-    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, q/k/v and FFN inputs, h-sized masks."""
-    masks = 2 * c.d_model if has_dropout(c) else 0
-    inputs = 1 + (1 if saves_input(c, LoraTargets.ALL_LINEAR) else 0)  # q/k/v input always (q, v adapted)
-    return 2 * norm_bytes_per_token(c) + inputs * matmul_input_bytes(c) * c.d_model + masks
+    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks."""
+    h = c.d_model
+    qv = 3 if c.lora_rank == 0 else (2 if c.lora_targets == LoraTargets.QV else 3)
+    qkv_in = input_copies(c, 3, LoraTargets.QV, qv)
+    n_up = 2 if c.ffn_type == FFN.SWIGLU else 1
+    ffn_in = input_copies(c, n_up, LoraTargets.ALL_LINEAR, n_up)
+    masks = 2 * h if has_dropout(c) else 0
+    return 2 * norm_bytes_per_token(c) + (qkv_in + ffn_in) * h + masks
 
 
 @formula
 def attention_bytes_per_token(c):
     """q, k, v kept for the attention backward, and the out-projection input (split by TP)."""
-    a, g, d, e = c.n_heads, kv_heads(c), head_dim(c), compute_bytes(c)
+    a, g, d, e = c.n_heads, c.n_kv_heads, c.head_dim, compute_bytes(c)
+    out = input_copies(c, 1, LoraTargets.ATTN, 1) * a * d
     if c.attention == Attn.FLASH:
-        # FlashAttention-2 (arXiv:2307.08691 Alg. 2) saves q, k, v, the output and an fp32 logsumexp.
-        return e * (a * d + 2 * g * d) + e * a * d + 4 * a
-    kv_expanded = a * d  # repeat_kv / Megatron expand k and v to every query head before QK^T
-    out_proj = matmul_input_bytes(c) * a * d if saves_input(c, LoraTargets.ATTN) else 0
-    return e * a * d + e * 2 * kv_expanded + out_proj
+        # FlashAttention-2 (arXiv:2307.08691 Alg. 2): q, k, v (GQA unexpanded), the output, an fp32 logsumexp.
+        return e * (a * d + 2 * g * d) + max(out, e * a * d) + 4 * a
+    qkv = 4 if c.attention == Attn.SDPA_MATH and not fused_kernels(c) else e  # the math path works in fp32
+    return qkv * 3 * a * d + out  # k, v expanded to every query head (repeat_kv)
 
 
 @formula
@@ -101,10 +134,16 @@ def attention_scores_bytes_per_token(c):
     """The s-by-s attention terms per token (Korthikanti's 5as/h for Megatron with dropout); 0 with flash."""
     if c.attention == Attn.FLASH:
         return 0
-    a, s, e = c.n_heads, c.seq_len, compute_bytes(c)
-    softmax = e if fused_kernels(c) or e == 4 else 4 + e  # HF: softmax(dtype=float32).to(dtype)
-    dropout = 1 + e if has_dropout(c) else 0
-    return a * s * (softmax + dropout)
+    a, s, e = c.n_heads, ceil_div(c.seq_len, c.cp) * c.cp, compute_bytes(c)
+    dropout = has_dropout(c)
+    if fused_kernels(c):
+        return a * s * (e + (1 + e if dropout else 0))
+    if c.attention == Attn.SDPA_MATH:
+        return a * s * (4 + (5 if dropout else 0))
+    softmax = 4 if c.softmax_fp32 or autocast(c) else e
+    if dropout:
+        return a * s * (softmax + 1 + e)  # mask + dropped probabilities in the value dtype
+    return a * s * (softmax + (e if softmax != e else 0))  # the cast back to the value dtype, for p @ v
 
 
 @formula
@@ -114,15 +153,33 @@ def scores_bytes_per_token(c):
 
 
 @formula
-def ffn_inner_bytes_per_token(c, inner, tokens_factor_num, tokens_factor_den):
-    """FFN intermediate tensors per token (inner size f), scaled for routed tokens."""
+def ffn_inner_bytes_per_token(c, inner, tokens_num, tokens_den):
+    """FFN intermediates per token (inner size f), scaled for routed tokens (tokens_num / tokens_den)."""
     e = compute_bytes(c)
-    mi = matmul_input_bytes(c) if saves_input(c, LoraTargets.ALL_LINEAR) else 0  # the down projection's input
+    down_in = input_copies(c, 1, LoraTargets.ALL_LINEAR, 1)
     if c.ffn_type == FFN.SWIGLU:
-        per = (2 * e + mi) * inner if fused_kernels(c) else (3 * e + mi) * inner
+        kept = 2 * e if fused_kernels(c) else 3 * e  # [gate|up] | gate, silu(gate), up
+    elif c.act_fn == ActFn.GELU_NEW and not fused_kernels(c):
+        math = 4 if autocast(c) else e  # pow runs in fp32 under autocast: x, tanh, 1 + tanh in fp32
+        kept = 3 * math + e  # + 0.5 * x (modeling_gpt2 NewGELUActivation)
     else:
-        per = (e + mi) * inner
-    return ceil_div(per * tokens_factor_num, tokens_factor_den)
+        kept = e  # the GeLU input
+    return ceil_div((kept + down_in) * inner * tokens_num, tokens_den)
+
+
+@formula
+def moe_bytes_per_token(c):
+    """A MoE block per token: fp32 router logits and probs, k routed copies of the token, expert intermediates.
+
+    Each token visits top_k experts (Switch, arXiv:2101.03961 sec. 2.1; Mixtral arXiv:2401.04088 sec. 2):
+    on average s*b*k expert-tokens reach the experts of one EP group; the shared experts see every token.
+    """
+    e, k = compute_bytes(c), c.top_k
+    router = 2 * 4 * c.n_experts
+    dispatch = e * k * c.d_model
+    routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k, 1)
+    shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
+    return router + dispatch + routed + shared
 
 
 @formula
@@ -135,18 +192,12 @@ def split_bytes_per_token(c, moe_layer):
 
 
 @formula
-def moe_bytes_per_token(c):
-    """A MoE block per token: fp32 router logits and probs, k routed copies of the token, expert intermediates.
-
-    Each token visits top_k experts (Switch, arXiv:2101.03961 sec. 2.1; Mixtral arXiv:2401.04088 sec. 2):
-    on average s*b*k expert-tokens reach the experts of one EP group; the shared experts see every token.
-    """
-    e, k = compute_bytes(c), c.top_k
-    router = 2 * 4 * c.n_experts  # logits and softmax probabilities in fp32
-    dispatch = e * k * c.d_model  # permuted token copies, the experts' input
-    routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k, 1)
-    shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
-    return router + dispatch + routed + shared
+def full_layer_bytes(c, moe_layer, scores):
+    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms)."""
+    tokens, t = local_tokens(c), c.tp
+    replicated = replicated_bytes_per_token(c) * tokens
+    split = (split_bytes_per_token(c, moe_layer) - scores_bytes_per_token(c) + scores) * tokens
+    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
 @formula
@@ -155,15 +206,10 @@ def layer_activation_bytes(c, moe_layer):
 
     Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
     """
-    tokens, t = local_tokens(c), c.tp
     if c.checkpointing == Ckpt.FULL:
-        kept = stream_bytes(c) * tokens * c.d_model
-        return ceil_div(kept, t) if c.sp else kept
-    replicated = replicated_bytes_per_token(c) * tokens
-    split = split_bytes_per_token(c, moe_layer) * tokens
-    if c.sp:
-        return ceil_div(replicated + split, t)
-    return replicated + ceil_div(split, t)
+        kept = stream_bytes(c) * local_tokens(c) * c.d_model
+        return ceil_div(kept, c.tp) if c.sp else kept
+    return full_layer_bytes(c, moe_layer, scores_bytes_per_token(c))
 
 
 @formula
@@ -204,12 +250,24 @@ def embedding_activation_bytes(c):
 
 
 @formula
+def head_activation_bytes(c):
+    """Last stage, one micro-batch: the final norm and the LM head's input (a frozen head under LoRA keeps
+    none). The loss's own tensors are temporaries (temporaries.py)."""
+    if not c.lm_head:
+        return 0
+    head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
+    kept = local_tokens(c) * (norm_bytes_per_token(c) + head_in * c.d_model)
+    return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
 def activation_bytes(c):
-    """activation_bytes: everything saved for backward on the first stage at the end of forward."""
+    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
     if not has_dims(c):
         return 0
     num, den = in_flight_layer_factor(c)
-    return stage_layer_activation_bytes(c) + ceil_div(embedding_activation_bytes(c) * num, den)
+    first = stage_layer_activation_bytes(c) + ceil_div(embedding_activation_bytes(c) * num, den)
+    return first + (head_activation_bytes(c) if c.pp == 1 else 0)
 
 
 @formula
@@ -217,8 +275,4 @@ def recompute_bytes(c):
     """Full recomputation rebuilds one layer's activations, scores included, during backward."""
     if c.checkpointing != Ckpt.FULL or not has_dims(c):
         return 0
-    tokens, t = local_tokens(c), c.tp
-    replicated = replicated_bytes_per_token(c) * tokens
-    inner = moe_bytes_per_token(c) if n_moe_layers(c) > 0 else ffn_inner_bytes_per_token(c, c.d_ff, 1, 1)
-    split = (attention_bytes_per_token(c) + attention_scores_bytes_per_token(c) + inner) * tokens
-    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
+    return full_layer_bytes(c, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c))

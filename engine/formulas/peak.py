@@ -11,7 +11,7 @@ contiguous main-grad buffer, DeepSpeed's gradient partitions).
 """
 
 from engine.codes import Ckpt, Framework, Invalid, Offload, Optimizer, Phase, PPSchedule, Quant
-from engine.formulas.activations import activation_bytes, layer_activation_bytes, recompute_bytes
+from engine.formulas.activations import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.formulas.common import formula
 from engine.formulas.overhead import allocator_slack_bytes
 from engine.formulas.params import has_dims, kv_heads, layers_per_stage, n_moe_layers
@@ -20,7 +20,6 @@ from engine.formulas.temporaries import (
     backward_workspace_bytes,
     ddp_bucket_bytes,
     dequant_bytes,
-    logits_bytes,
     loss_backward_bytes,
     loss_forward_bytes,
     optimizer_step_bytes,
@@ -42,7 +41,8 @@ def last_stage_activation_bytes(c):
         return activation_bytes(c)
     moe = min(layers_per_stage(c), n_moe_layers(c))
     dense = layers_per_stage(c) - moe
-    return dense * layer_activation_bytes(c, False) + moe * layer_activation_bytes(c, True)
+    layers = dense * layer_activation_bytes(c, False) + moe * layer_activation_bytes(c, True)
+    return layers + head_activation_bytes(c)
 
 
 @formula
@@ -67,27 +67,26 @@ def pageable_bytes(c):
 def forward_temp_bytes(c, last):
     t = autocast_cache_bytes(c) + zero3_gather_bytes(c) + dequant_bytes(c)
     if last:
-        t += logits_bytes(c) + loss_forward_bytes(c)
+        t += loss_forward_bytes(c)
     return t
 
 
 @formula
 def backward_temp_bytes(c, last):
-    """At the start of backward: loss gradients (last stage), one layer's workspace and recompute."""
-    t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + dequant_bytes(c) + backward_workspace_bytes(c)
-    t += recompute_bytes(c)
+    """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
+    workspace and its recomputed activations, whichever is larger; plus gathers and kept weight casts."""
+    t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + dequant_bytes(c)
     if c.checkpointing != Ckpt.FULL:
         t += autocast_cache_bytes(c)  # with recomputation the casts are redone, not kept
-    if last:
-        t += logits_bytes(c) + loss_backward_bytes(c)
-    return t
+    layer = backward_workspace_bytes(c) + recompute_bytes(c)
+    return t + max(layer, loss_backward_bytes(c) if last else 0)
 
 
 @formula
 def stage_phase_peaks(c, last):
     """Forward, backward and optimizer peaks of the first (last=False) or last pipeline stage, each as
     (live tensor bytes, activations, temporaries, gradients live) at that instant."""
-    acts = last_stage_activation_bytes(c) if last else activation_bytes(c)
+    acts = last_stage_activation_bytes(c) if last and c.pp > 1 else activation_bytes(c)
     g = grads_live_in_forward(c)
     live = states_bytes(c, g) - pageable_bytes(c)
     fwd_t = forward_temp_bytes(c, last) + buckets_bytes(c, g)

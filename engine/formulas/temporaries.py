@@ -32,24 +32,27 @@ def fp32_logits_bytes(c):
 
 @formula
 def loss_forward_bytes(c):
-    """Loss temporaries at the end of forward, on top of the logits.
+    """Loss tensors at their forward peak (inside cross_entropy), logits included.
 
-    HF ForCausalLMLoss (loss_utils.py): logits.float() then cross_entropy = log_softmax (saves its fp32
-    output) + nll_loss: an fp32 copy (unless already fp32) + the fp32 log-probs.
-    Megatron (tensor_parallel/cross_entropy.py): one fp32 copy, exp'd in place and saved.
+    HF ForCausalLMLoss (transformers/loss/loss_utils.py): logits in the compute dtype, logits.float() (a copy
+    unless already fp32), then log_softmax's fp32 output, which it saves. Measured: the forward peak of the
+    loss is 10 bytes per token and vocabulary entry in bf16. Megatron (tensor_parallel/cross_entropy.py):
+    16-bit logits and one fp32 copy, exponentiated in place and saved.
     """
     if not has_dims(c):
         return 0
-    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
     if fused_kernels(c):
-        return upcast if upcast > 0 else fp32_logits_bytes(c)
-    return upcast + fp32_logits_bytes(c)
+        return logits_bytes(c) + fp32_logits_bytes(c)
+    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
+    return logits_bytes(c) + upcast + fp32_logits_bytes(c)
 
 
 @formula
 def loss_backward_bytes(c):
-    """Loss temporaries at the start of backward: the saved fp32 log-probs, the gradient of the nll and of
-    log_softmax (two fp32 s*b*V tensors); Megatron computes its gradient in place in the saved buffer."""
+    """Loss tensors at the start of backward, the usual peak: the saved fp32 log-probs, the nll gradient and
+    log_softmax's input gradient, 12 bytes per token and vocabulary entry (measured: the peak op is
+    _log_softmax_backward_data); the logits themselves are gone once the training loop drops the outputs.
+    Megatron computes the gradient in place in its saved buffer, then casts it to 16 bits."""
     if not has_dims(c):
         return 0
     if fused_kernels(c):
@@ -100,8 +103,9 @@ def autocast_cache_bytes(c):
         return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
         return 0  # bitsandbytes dequantizes instead of casting
-    embedding = ceil_div(c.vocab * c.d_model, c.tp * c.pp)  # a lookup, never cast
-    return 2 * max(0, c.rank_params - embedding)
+    # Lookup tables are never cast: the token embedding unless it doubles as the (cast) LM head, positions.
+    lookups = (0 if c.tied_embeddings and c.lm_head else c.vocab * c.d_model) + c.n_positions * c.d_model
+    return 2 * max(0, c.rank_params - ceil_div(lookups, c.tp * c.pp))
 
 
 @formula

@@ -1,0 +1,74 @@
+"""Shared fixtures: one tiny sweep dataset per test session, built from a small spec in a tmp dir.
+
+3 models x 3 GPUs (one without a catalog price) x GPU counts x TP x PP x ZeRO x micro-batch x sequence x
+recompute x LoRA rank = 6,912 configurations, a quarter of them invalid layouts (n_gpus not dp * tp * pp), about
+40% fitting. Tests work out their expected answers from `sweep_frame` (the Parquet read by polars), never
+by running the SQL under test.
+"""
+
+import polars as pl
+import pytest
+
+TINY_SPEC = """\
+title = "memsim test sweep: 3 models x 3 GPUs"
+
+[axes]
+model = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b"]
+gpu = ["rtx-4090", "a100-sxm-80gb", "h100-sxm-80gb"]
+n_gpus = [1, 2, 4, 8]
+tp = [1, 2]
+pp = [1, 2]
+zero_stage = [0, 3]
+micro_batch = [1, 2, 4]
+seq_len = [1024, 4096]
+checkpointing = ["none", "full"]
+lora_rank = [0, 16]
+"""
+
+
+@pytest.fixture(scope="session")
+def sweep_spec(tmp_path_factory):
+    """Path to the tiny sweep spec (TOML)."""
+    path = tmp_path_factory.mktemp("spec") / "tiny.toml"
+    path.write_text(TINY_SPEC)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sweep_dir(sweep_spec, tmp_path_factory):
+    """A complete sweep dataset directory of the tiny spec (one shard)."""
+    from engine.sweep import run_sweep
+
+    out = tmp_path_factory.mktemp("sweep") / "tiny"
+    run_sweep(sweep_spec, out, progress=False, say=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sweep_frame(sweep_dir) -> pl.DataFrame:
+    """Every row of the tiny sweep as polars reads the Parquet: categorical columns as plain strings."""
+    frame = pl.read_parquet(sweep_dir / "part-*.parquet")
+    return frame.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))
+
+
+@pytest.fixture
+def sweep_con(sweep_dir):
+    """A fresh DuckDB connection with the views sweep, models and gpus over the tiny sweep."""
+    from engine.views import connect
+
+    con = connect(sweep_dir)
+    yield con
+    con.close()
+
+
+@pytest.fixture
+def memsim(capsys):
+    """Run the CLI in-process: memsim("query", "--list") -> (exit code, stdout, stderr)."""
+    from engine.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -1,0 +1,384 @@
+"""The query library: every queries/*.sql against the tiny sweep (conftest.py), each answer worked out here by
+brute force over the Parquet rows with polars, never by running the same SQL; then the CLI around it."""
+
+import re
+
+import polars as pl
+import pytest
+
+from engine import QUERIES_DIR, catalog
+from engine.errors import UserError
+from engine.queries import Param, convert, list_queries, read_query, run_query
+
+GIB = 2**30
+BASE_METHOD = "amp_bf16 adamw pytorch"  # CONFIG.md defaults: the tiny sweep varies only lora_rank
+REQUIRED = {"bottlenecks", "breakdown", "cheapest_fleet", "compare_gpus", "feasibility_map", "fits", "frontier",
+            "max_micro_batch", "max_seq_len", "min_gpus", "summary", "zero_tp_recompute"}
+SAMPLE_PARAMS = {"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb"}
+LAYOUT = ["n_gpus", "tp", "pp", "zero_stage", "checkpointing"]
+
+
+def fitting(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("valid") & pl.col("fits"))
+
+
+def with_method(frame: pl.DataFrame) -> pl.DataFrame:
+    lora = pl.when(pl.col("lora_rank") > 0).then(pl.lit(" lora-r") + pl.col("lora_rank").cast(pl.String))
+    return frame.with_columns(method=pl.lit(BASE_METHOD) + lora.otherwise(pl.lit("")))
+
+
+def as_map(frame: pl.DataFrame, keys: list[str], value: str) -> dict:
+    return {tuple(r[:-1]): r[-1] for r in frame.select(*keys, value).iter_rows()}
+
+
+def headroom(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(headroom_bytes=pl.col("capacity_bytes") - pl.col("device_peak_bytes"))
+
+
+def run(con, name, **params) -> pl.DataFrame:
+    return run_query(con, name, params)
+
+
+# --- fits -------------------------------------------------------------------------------------------------
+
+
+def test_fits_returns_only_fitting_rows_of_the_model(sweep_con, sweep_frame):
+    got = run(sweep_con, "fits", model="llama-3.1-8b", limit=100_000)
+    want = fitting(sweep_frame).filter(pl.col("model") == "llama-3.1-8b")
+    assert sorted(got["index"]) == sorted(want["index"])
+
+
+def test_fits_orders_by_fewest_gpus_then_most_headroom(sweep_con, sweep_frame):
+    got = run(sweep_con, "fits", model="qwen2.5-14b", limit=15)
+    want = headroom(fitting(sweep_frame).filter(pl.col("model") == "qwen2.5-14b"))
+    want = want.sort(["n_gpus", "headroom_bytes", "index"], descending=[False, True, False]).head(15)
+    assert got["index"].to_list() == want["index"].to_list()
+
+
+def test_fits_limit_defaults_to_20(sweep_con):
+    assert run(sweep_con, "fits", model="llama-3.2-1b").height == 20
+
+
+def test_fits_gpu_filter_accepts_a_catalog_alias(sweep_con):
+    got = run(sweep_con, "fits", model="llama-3.2-1b", gpu="h100", limit=1000)
+    assert set(got["gpu"]) == {"h100-sxm-80gb"}
+
+
+# --- max_micro_batch, max_seq_len ------------------------------------------------------------------------
+
+
+def test_max_micro_batch_is_the_largest_fitting_micro_batch_per_layout(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu", *LAYOUT, "seq_len"]
+    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("micro_batch").max())
+    got = run(sweep_con, "max_micro_batch")
+    assert as_map(got, keys, "max_micro_batch") == as_map(want, keys, "micro_batch")
+
+
+def test_max_micro_batch_reports_the_lowest_peak_at_that_micro_batch(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu", *LAYOUT, "seq_len"]
+    rows = with_method(fitting(sweep_frame))
+    top = rows.filter(pl.col("micro_batch") == pl.col("micro_batch").max().over(keys))
+    want = top.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
+    got = run(sweep_con, "max_micro_batch")
+    assert as_map(got, keys, "device_peak_gib") == pytest.approx(as_map(want, keys, "gib"))
+
+
+def test_max_micro_batch_seq_len_param_keeps_that_length_only(sweep_con):
+    got = run(sweep_con, "max_micro_batch", seq_len="4096")
+    assert set(got["seq_len"]) == {4096}
+
+
+def test_max_seq_len_is_the_longest_fitting_sequence_per_layout(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu", *LAYOUT, "micro_batch"]
+    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("seq_len").max())
+    got = run(sweep_con, "max_seq_len")
+    assert as_map(got, keys, "max_seq_len") == as_map(want, keys, "seq_len")
+
+
+# --- min_gpus, frontier ------------------------------------------------------------------------------------
+
+
+def test_min_gpus_is_the_fewest_gpus_that_fit_per_model_and_gpu(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu"]
+    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("n_gpus").min())
+    got = run(sweep_con, "min_gpus")
+    assert as_map(got, keys, "min_gpus") == as_map(want, keys, "n_gpus")
+
+
+def test_min_gpus_layout_has_the_lowest_peak_at_that_count(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu"]
+    rows = with_method(fitting(sweep_frame))
+    fewest = rows.filter(pl.col("n_gpus") == pl.col("n_gpus").min().over(keys))
+    want = fewest.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
+    got = run(sweep_con, "min_gpus")
+    assert as_map(got, keys, "device_peak_gib") == pytest.approx(as_map(want, keys, "gib"))
+
+
+def test_min_gpus_leaves_out_pairs_that_never_fit(sweep_con):
+    # qwen2.5-14b, full training, needs more than 8 x 24 GB: no row for it on the RTX 4090
+    got = run(sweep_con, "min_gpus", seq_len=4096)
+    pairs = set(zip(got["model"], got["method"], got["gpu"]))
+    assert ("qwen2.5-14b", BASE_METHOD, "rtx-4090") not in pairs
+
+
+def test_frontier_is_the_largest_fitting_model_per_gpu_and_count(sweep_con, sweep_frame):
+    n_params = {k: v["n_params"] for k, v in catalog.load_models().items()}
+    keys = ["gpu", "n_gpus", "method"]
+    rows = with_method(fitting(sweep_frame)).with_columns(n_params=pl.col("model").replace_strict(n_params))
+    want = rows.sort("n_params").group_by(keys).agg(pl.col("model").last())
+    got = run(sweep_con, "frontier")
+    assert as_map(got, keys, "model") == as_map(want, keys, "model")
+
+
+# --- cheapest_fleet, compare_gpus -------------------------------------------------------------------------
+
+
+def test_cheapest_fleet_ranks_gpus_by_fleet_price(sweep_con, sweep_frame):
+    price = {k: v.get("usd_per_hour") for k, v in catalog.load_gpus().items()}
+    fleets = with_method(fitting(sweep_frame)).filter(pl.col("model") == "llama-3.1-8b")
+    fleets = fleets.group_by("method", "gpu").agg(pl.col("n_gpus").min())
+    fleets = fleets.filter(pl.col("gpu").replace_strict(price, default=None).is_not_null())
+    for method, group in fleets.group_by("method"):
+        by_price = sorted(group.iter_rows(named=True), key=lambda r: r["n_gpus"] * price[r["gpu"]])
+        got = run(sweep_con, "cheapest_fleet", model="llama-3.1-8b").filter(pl.col("method") == method[0])
+        ranked = got.filter(pl.col("price_rank").is_not_null())
+        assert ranked["gpu"].to_list() == [r["gpu"] for r in by_price]
+
+
+def test_cheapest_fleet_lists_unpriced_gpus_last_without_rank(sweep_con):
+    assert catalog.load_gpus()["rtx-4090"].get("usd_per_hour") is None  # the premise
+    got = run(sweep_con, "cheapest_fleet", model="llama-3.2-1b").filter(pl.col("method") == BASE_METHOD)
+    assert got["gpu"][-1] == "rtx-4090" and got["price_rank"][-1] is None and got["fleet_usd_per_hour"][-1] is None
+
+
+def test_compare_gpus_max_micro_batch_is_taken_at_the_fewest_gpus(sweep_con, sweep_frame):
+    rows = with_method(fitting(sweep_frame)).filter(pl.col("model") == "qwen2.5-14b")
+    fewest = rows.filter(pl.col("n_gpus") == pl.col("n_gpus").min().over("method", "gpu"))
+    want = fewest.group_by("method", "gpu").agg(pl.col("n_gpus").first(), pl.col("micro_batch").max())
+    got = run(sweep_con, "compare_gpus", model="qwen2.5-14b")
+    assert as_map(got, ["method", "gpu", "min_gpus"], "max_micro_batch") == as_map(want, ["method", "gpu", "n_gpus"], "micro_batch")
+
+
+def test_compare_gpus_fleet_price_is_count_times_gpu_price(sweep_con):
+    got = run(sweep_con, "compare_gpus", model="llama-3.2-1b").filter(pl.col("gpu") == "a100-sxm-80gb")
+    price = catalog.load_gpus()["a100-sxm-80gb"]["usd_per_hour"]
+    assert got["fleet_usd_per_hour"].to_list() == pytest.approx([n * price for n in got["min_gpus"]])
+
+
+# --- bottlenecks --------------------------------------------------------------------------------------------
+
+
+def failing_with_miss(frame: pl.DataFrame) -> pl.DataFrame:
+    usable = pl.col("capacity_bytes") * (1 - 0.10)  # the default headroom: the tiny sweep does not vary it
+    return frame.filter(pl.col("valid") & ~pl.col("fits")).with_columns(miss=(pl.col("device_peak_bytes") - usable) / GIB)
+
+
+def test_bottlenecks_count_failing_configurations_per_component(sweep_con, sweep_frame):
+    want = failing_with_miss(sweep_frame).group_by("model", "bottleneck").len()
+    got = run(sweep_con, "bottlenecks")
+    assert as_map(got, ["model", "bottleneck"], "failing") == as_map(want, ["model", "bottleneck"], "len")
+
+
+def test_bottlenecks_median_miss_is_peak_over_usable_memory(sweep_con, sweep_frame):
+    want = failing_with_miss(sweep_frame).group_by("model", "bottleneck").agg(pl.col("miss").median())
+    got = run(sweep_con, "bottlenecks")
+    assert as_map(got, ["model", "bottleneck"], "median_miss_gib") == pytest.approx(as_map(want, ["model", "bottleneck"], "miss"))
+
+
+def test_bottlenecks_max_miss_is_the_worst_miss(sweep_con, sweep_frame):
+    want = failing_with_miss(sweep_frame).group_by("model", "bottleneck").agg(pl.col("miss").max())
+    got = run(sweep_con, "bottlenecks")
+    assert as_map(got, ["model", "bottleneck"], "max_miss_gib") == pytest.approx(as_map(want, ["model", "bottleneck"], "miss"))
+
+
+def test_bottleneck_shares_sum_to_one_per_model(sweep_con):
+    got = run(sweep_con, "bottlenecks").group_by("model").agg(pl.col("share").sum())
+    assert got["share"].to_list() == pytest.approx([1.0] * got.height)
+
+
+# --- breakdown, zero_tp_recompute -------------------------------------------------------------------------
+
+COMPONENTS = ["weight_gib", "grad_gib", "optimizer_gib", "activation_gib", "temp_gib", "slack_gib", "overhead_gib"]
+
+
+def test_breakdown_components_sum_to_the_device_peak(sweep_con):
+    got = run(sweep_con, "breakdown")
+    total = got.select(pl.sum_horizontal(COMPONENTS))[:, 0]
+    assert total.to_list() == pytest.approx(got["device_peak_gib"].to_list())
+
+
+def test_breakdown_grads_are_all_or_none_of_the_resident_grads(sweep_con, sweep_frame):
+    # the peak either holds every gradient (backward, optimizer step) or none yet (a forward peak, no accumulation)
+    got = run(sweep_con, "breakdown", n_gpus=8)
+    keys = ["model", "method", "gpu", "n_gpus", "tp", "pp", "zero_stage", "checkpointing", "micro_batch", "seq_len"]
+    resident = as_map(with_method(fitting(sweep_frame)), keys, "grad_bytes")
+    for row in got.iter_rows(named=True):
+        grads = resident[tuple(row[k] for k in keys)] / GIB
+        assert row["grad_gib"] == pytest.approx(0) or row["grad_gib"] == pytest.approx(grads), row
+
+
+def test_breakdown_picks_the_fewest_gpus_that_fit(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu"]
+    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("n_gpus").min())
+    got = run(sweep_con, "breakdown")
+    assert as_map(got, keys, "n_gpus") == as_map(want, keys, "n_gpus")
+
+
+def test_zero_tp_recompute_is_the_lowest_valid_peak_per_zero_tp_and_recompute(sweep_con, sweep_frame):
+    keys = ["method", "zero_stage", "tp", "checkpointing"]
+    rows = with_method(sweep_frame.filter(pl.col("valid") & (pl.col("model") == "llama-3.1-8b") & (pl.col("gpu") == "a100-sxm-80gb")))
+    want = rows.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
+    got = run(sweep_con, "zero_tp_recompute", model="llama-3.1-8b", gpu="a100-sxm-80gb")
+    assert as_map(got, keys, "min_device_peak_gib") == pytest.approx(as_map(want, keys, "gib"))
+
+
+# --- summary, feasibility_map, method -----------------------------------------------------------------------
+
+
+def test_summary_counts_rows_valid_and_fitting(sweep_con, sweep_frame):
+    got = run(sweep_con, "summary").row(0, named=True)
+    want = (sweep_frame.height, sweep_frame["valid"].sum(), fitting(sweep_frame).height, 3, 3)
+    assert (got["configurations"], got["valid"], got["fit"], got["models"], got["gpus"]) == want
+
+
+def test_feasibility_map_marks_cells_where_any_layout_fits(sweep_con, sweep_frame):
+    keys = ["gpu", "model", "method", "n_gpus"]
+    want = with_method(sweep_frame.filter(pl.col("valid"))).group_by(keys).agg(pl.col("fits").any())
+    got = run(sweep_con, "feasibility_map")
+    assert as_map(got, keys, "any_fits") == as_map(want, keys, "fits")
+
+
+def test_feasibility_map_best_headroom_is_the_roomiest_fitting_layout(sweep_con, sweep_frame):
+    keys = ["gpu", "model", "method", "n_gpus"]
+    want = headroom(with_method(fitting(sweep_frame))).group_by(keys).agg((pl.col("headroom_bytes").max() / GIB).alias("gib"))
+    got = run(sweep_con, "feasibility_map").filter(pl.col("any_fits"))
+    assert as_map(got, keys, "best_headroom_gib") == pytest.approx(as_map(want, keys, "gib"))
+
+
+def test_method_names_lora_rank_only_when_lora_is_used(sweep_con):
+    got = run(sweep_con, "min_gpus", seq_len=1024)
+    assert set(got["method"]) == {BASE_METHOD, BASE_METHOD + " lora-r16"}
+
+
+# --- the library as a registry --------------------------------------------------------------------------------
+
+
+def test_the_issue_s_queries_all_exist():
+    assert REQUIRED <= {name for name, _ in list_queries()}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in list_queries()])
+def test_every_query_header_has_purpose_params_and_returns(name):
+    q = read_query(name)
+    assert q.purpose.endswith(".") and q.returns.startswith("one row")
+
+
+@pytest.mark.parametrize("name", [n for n, _ in list_queries()])
+def test_every_query_declares_exactly_the_params_its_sql_uses(name):
+    q = read_query(name)
+    body = "\n".join(line for line in q.sql.splitlines() if not line.startswith("--"))
+    assert set(re.findall(r"\$([a-z_][a-z0-9_]*)", body)) == {p.name for p in q.params}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in list_queries()])
+def test_every_query_reads_only_the_views_and_ends_with_order_by(name):
+    sql = (QUERIES_DIR / f"{name}.sql").read_text()
+    assert "read_parquet" not in sql and "ORDER BY" in sql.rsplit(")", 1)[-1]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in list_queries()])
+def test_every_query_runs_and_returns_rows_on_the_tiny_sweep(name, sweep_con):
+    q = read_query(name)
+    params = {p.name: SAMPLE_PARAMS[p.name] for p in q.params if not p.optional}
+    assert run_query(sweep_con, name, params).height > 0
+
+
+def test_param_text_is_converted_to_the_declared_type(sweep_con):
+    as_text = run(sweep_con, "breakdown", n_gpus="8", gpu="A100-80GB")
+    assert as_text.equals(run(sweep_con, "breakdown", n_gpus=8, gpu="a100-sxm-80gb"))
+
+
+def test_omitted_optional_param_means_any(sweep_con):
+    assert set(run(sweep_con, "max_micro_batch")["model"]) == {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b"}
+
+
+@pytest.mark.parametrize("text, value", [("true", True), ("False", False), ("1", True), ("no", False)])
+def test_boolean_params_accept_the_usual_spellings(text, value):
+    assert convert(Param("sp", "BOOLEAN", "sequence parallel", True), text, "q") is value
+
+
+def test_a_bigint_param_refuses_a_fraction():
+    with pytest.raises(UserError, match="takes a BIGINT"):
+        convert(Param("n_gpus", "BIGINT", "GPU count", True), "2.5", "q")
+
+
+# --- the CLI: bad input is one line and exit 2 -------------------------------------------------------------------
+
+BAD_INPUT = [
+    (["query", "fitz", "--sweep", "{sweep}"], "did you mean fits?"),
+    (["query", "fits", "--sweep", "{sweep}"], "needs $model"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "limit=ten"], "$limit takes a BIGINT"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "n_gpu=8"], "accepted: $model VARCHAR"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8"], "did you mean: llama-3.1-8b"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model"], "--param takes name=value"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "limit=-1"], "query fits failed: Binder Error"),
+    (["query", "summary", "--sweep", "{empty}"], "is not a memsim sweep directory"),
+    (["query", "summary"], "add --sweep DIR"),
+    (["query", "summary", "--sweep", "{sweep}", "--format", "parquet"], "add -o FILE.parquet"),
+    (["sql", "SELEC 1"], "SQL failed: Parser Error"),
+    (["sql", "SELECT nope FROM sweep", "--sweep", "{sweep}"], "SQL failed: Binder Error"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BAD_INPUT, ids=[n for _, n in BAD_INPUT])
+def test_bad_input_is_one_clear_line_and_exit_2(memsim, sweep_dir, tmp_path, argv, needle):
+    argv = [a.format(sweep=sweep_dir, empty=tmp_path) for a in argv]
+    code, out, err = memsim(*argv)
+    assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+# --- the CLI: output ------------------------------------------------------------------------------------------------
+
+
+def test_query_list_names_every_query_with_its_purpose(memsim):
+    code, out, _ = memsim("query", "--list")
+    assert code == 0 and all(any(line.split()[0] == n for line in out.splitlines()) for n, _ in list_queries())
+
+
+def test_query_list_with_a_name_shows_its_params(memsim):
+    code, out, _ = memsim("query", "--list", "fits")
+    assert code == 0 and "$model VARCHAR" in out and "$limit BIGINT" in out
+
+
+def test_query_csv_output_matches_run_query(memsim, sweep_dir, sweep_con, tmp_path):
+    out_file = tmp_path / "min.csv"
+    code, _, _ = memsim("query", "min_gpus", "--sweep", sweep_dir, "--param", "seq_len=4096", "-o", out_file)
+    assert code == 0 and pl.read_csv(out_file).equals(run(sweep_con, "min_gpus", seq_len=4096))
+
+
+def test_query_parquet_output_round_trips_and_leaves_no_temporary(memsim, sweep_dir, sweep_con, tmp_path):
+    out_file = tmp_path / "map.parquet"
+    code, _, _ = memsim("query", "feasibility_map", "--sweep", sweep_dir, "-o", out_file)
+    assert code == 0 and pl.read_parquet(out_file).equals(run(sweep_con, "feasibility_map"))
+    assert [p.name for p in tmp_path.iterdir()] == ["map.parquet"]
+
+
+def test_query_json_output_is_one_object_per_row(memsim, sweep_dir):
+    code, out, _ = memsim("query", "summary", "--sweep", sweep_dir, "--format", "json")
+    assert code == 0 and pl.read_json(out.encode())["configurations"].to_list() == [6912]
+
+
+def test_query_table_prints_every_column(memsim, sweep_dir, sweep_con):
+    code, out, _ = memsim("query", "compare_gpus", "--sweep", sweep_dir, "--param", "model=llama-3.1-8b")
+    header = out.splitlines()[1]
+    assert code == 0 and all(c in header for c in run(sweep_con, "compare_gpus", model="llama-3.1-8b").columns)
+
+
+def test_sql_without_a_sweep_reads_the_catalogs(memsim):
+    code, out, _ = memsim("sql", "SELECT gpu FROM gpus WHERE gpu = 'h100-sxm-80gb' ORDER BY gpu", "--format", "csv")
+    assert code == 0 and out.splitlines() == ["gpu", "h100-sxm-80gb"]
+
+
+def test_sql_runs_over_the_sweep(memsim, sweep_dir, sweep_frame):
+    code, out, _ = memsim("sql", "SELECT count(*) AS n FROM sweep WHERE valid AND fits", "--sweep", sweep_dir, "--format", "csv")
+    assert code == 0 and out.splitlines() == ["n", str(fitting(sweep_frame).height)]
