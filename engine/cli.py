@@ -123,6 +123,33 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="write the rows to FILE (atomically) instead of printing them")
 
 
+def cmd_measure(args) -> None:
+    from engine.measure_cli import run_measure
+
+    table = run_measure(args.cases, args.output, args.device)
+    peaks = table.column("measured_allocated_peak_bytes").to_pylist()
+    est = table.column("allocated_peak_bytes").to_pylist()
+    for case, m, e in zip(table.column("model").to_pylist(), peaks, est):
+        print(f"{case:<28} measured {m / 2**30:8.3f} GiB   memsim {e / 2**30:8.3f} GiB   {100 * (e - m) / m:+6.1f}%")
+    print(f"{table.num_rows} configurations measured -> {args.output}")
+
+
+def cmd_validate(args) -> None:
+    from engine import validate
+
+    results = []
+    if args.set in ("all", "published"):
+        results += validate.golden_results()
+    if args.set in ("all", "measured"):
+        results += validate.measured_results()
+    print(validate.markdown(results) if args.markdown else validate.render(results))
+    failed = [r["case_id"] for r in results if r["ok"] is False]
+    measured = validate.summary([r for r in results if r["group"].startswith("measured")])
+    worse = [g for g, s in measured.items() if s["median_abs_pct"] > validate.MEASURED_MEDIAN_TOL_PCT]
+    if failed or worse:
+        raise UserError(f"accuracy regressed: {', '.join(failed + worse)} outside the stated tolerance")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cases", help="CSV or Parquet file, one configuration per row")
     p.add_argument("-o", "--output", required=True, help="output .parquet (or .csv)")
     p.set_defaults(run=cmd_estimate)
+
+    p = sub.add_parser("measure", help="run two real training steps per configuration and record peak memory",
+                       epilog="Example:\n  memsim measure cases.csv -o measured.parquet --device fake", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cases", help="CSV or Parquet case list (CONFIG.md columns; catalog model or dims)")
+    p.add_argument("-o", "--output", required=True, help="output .parquet or .csv: estimate columns + measured_*")
+    p.add_argument("--device", default="fake", choices=["fake", "cpu-fake", "cpu", "cuda"],
+                   help="fake: no GPU, CUDA behaviour emulated (default); cuda: a real GPU")
+    p.set_defaults(run=cmd_measure)
+
+    p = sub.add_parser("validate", help="memsim against every reference it ships: signed error per case",
+                       epilog="Example:\n  memsim validate --set measured --markdown", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", choices=["all", "published", "measured"], default="all")
+    p.add_argument("--markdown", action="store_true", help="the README's table")
+    p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("sweep", help="evaluate every configuration of a sweep spec into a Parquet dataset",
                        epilog="Example:\n  memsim sweep data/sweeps/default.toml -o out/default", formatter_class=argparse.RawDescriptionHelpFormatter)

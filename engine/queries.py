@@ -149,7 +149,7 @@ def convert(param: Param, value, query: str):
                 raise ValueError
             return text in _TRUE
     except (TypeError, ValueError):
-        raise UserError(f"query {query}: ${param.name} takes a {param.type} ({param.meaning}), got {value!r}") from None
+        raise UserError(f"query {query}: ${param.name} takes a {param.type}, got {value!r} (${param.name}: {param.meaning})") from None
     return catalog_key(param.name, str(value))
 
 

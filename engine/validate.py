@@ -22,17 +22,13 @@ MEASURED_MEDIAN_TOL_PCT = 3.0
 MEASURED_MAX_TOL_PCT = 10.0
 
 
-def config_of(row: dict) -> dict:
-    """The CONFIG.md inputs of a reference row; a model that is not a catalog key is given by its dims."""
+def config_of(row: dict, by_dims: bool = False) -> dict:
+    """The CONFIG.md inputs of a reference row. by_dims: the row's dims (and implementation fields) describe
+    the model completely, its `model` is only a label; else `model` is a catalog key the dims refine."""
     known = set(accepted_columns())
     case = {k: v for k, v in row.items() if k in known and v not in ("", None)}
-    if row.get("n_layers") and "model" in case:
-        from engine import catalog
-
-        try:
-            catalog.resolve_model(case["model"])
-        except Exception:  # a readable label such as "llama-1b-like": the dims say it all
-            case.pop("model")
+    if by_dims:
+        case.pop("model", None)
     return case
 
 
@@ -63,10 +59,11 @@ def activation_at_forward(record) -> int:
     return int(activation_bytes(record))
 
 
-def check_row(row: dict, compare: str, reference_bytes: float, tolerance_pct, expect: str, tolerance_abs=0.0) -> dict:
+def check_row(row: dict, compare: str, reference_bytes: float, tolerance_pct, expect: str, tolerance_abs=0.0,
+              by_dims=False) -> dict:
     """memsim against one reference figure: ok when within tolerance_pct, or within the figure's printed
     rounding (tolerance_abs bytes); None when the row is only reported."""
-    result = evaluate_case(config_of(row))
+    result = evaluate_case(config_of(row, by_dims))
     value = memsim_quantity(result, compare, result["record"])
     error = 100.0 * (value - reference_bytes) / reference_bytes if reference_bytes else 0.0
     if compare == "device_peak_upper_bound":
@@ -99,7 +96,8 @@ def measured_rows(directory: Path = MEASURED_DIR) -> list[dict]:
 def measured_results(rows: list[dict] | None = None) -> list[dict]:
     out = []
     for row in measured_rows() if rows is None else rows:
-        res = check_row(row, "allocated_peak", float(row["measured_allocated_peak_bytes"]), MEASURED_MAX_TOL_PCT, "reproduce")
+        res = check_row(row, "allocated_peak", float(row["measured_allocated_peak_bytes"]), MEASURED_MAX_TOL_PCT,
+                        "reproduce", by_dims=True)
         out.append({"case_id": row["case_id"], "group": f"measured:{row['measure_device']}", "metric": "allocated_peak",
                     "expect": "reproduce", "tolerance_pct": MEASURED_MAX_TOL_PCT, **res})
     return out
@@ -122,4 +120,15 @@ def render(results: list[dict]) -> str:
     lines.append("")
     for g, s in summary(results).items():
         lines.append(f"{g:<24} n={s['n']:<4} median |error| {s['median_abs_pct']:5.1f}%   max {s['max_abs_pct']:5.1f}%")
+    return "\n".join(lines)
+
+
+def markdown(results: list[dict]) -> str:
+    """The validation table for the README: one row per case, then the summary per group."""
+    lines = ["| case | compared | reference GiB | memsim GiB | error |", "|---|---|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['case_id']} | {r['metric']} | {r['reference_gib']:.3f} | {r['memsim_gib']:.3f} | {r['error_pct']:+.1f}% |")
+    lines += ["", "| source | cases | median abs error | max abs error |", "|---|---:|---:|---:|"]
+    for g, s in summary(results).items():
+        lines.append(f"| {g} | {s['n']} | {s['median_abs_pct']:.1f}% | {s['max_abs_pct']:.1f}% |")
     return "\n".join(lines)

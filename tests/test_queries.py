@@ -11,7 +11,7 @@ from engine.errors import UserError
 from engine.queries import Param, convert, list_queries, read_query, run_query
 
 GIB = 2**30
-BASE_METHOD = "amp_bf16 adamw pytorch"  # CONFIG.md defaults: the tiny sweep varies only lora_rank
+BASE_METHOD = "amp_bf16 adamw pytorch"  # CONFIG.md defaults: of the method axes the tiny sweep varies only lora_rank
 REQUIRED = {"bottlenecks", "breakdown", "cheapest_fleet", "compare_gpus", "feasibility_map", "fits", "frontier",
             "max_micro_batch", "max_seq_len", "min_gpus", "summary", "zero_tp_recompute"}
 SAMPLE_PARAMS = {"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb"}
@@ -365,7 +365,7 @@ def test_query_parquet_output_round_trips_and_leaves_no_temporary(memsim, sweep_
 
 def test_query_json_output_is_one_object_per_row(memsim, sweep_dir):
     code, out, _ = memsim("query", "summary", "--sweep", sweep_dir, "--format", "json")
-    assert code == 0 and pl.read_json(out.encode())["configurations"].to_list() == [6912]
+    assert code == 0 and pl.read_json(out.encode())["configurations"].to_list() == [9216]
 
 
 def test_query_table_prints_every_column(memsim, sweep_dir, sweep_con):

@@ -87,7 +87,15 @@ def resolve(case: dict) -> dict:
     c["linear_bias"] = c["linear_bias"] or ("all" if gelu else "none")
     c["n_positions"] = c["n_positions"] if c["n_positions"] is not None else (max(1024, c["seq_len"]) if gelu else 0)
     _check(c)
+    c.update(implementation(c))
     return c
+
+
+def implementation(c: dict) -> dict:
+    """How the Hugging Face class the harness builds is written (engine.config's act_fn, fused_projections,
+    softmax_fp32): GPT2LMHeadModel for gelu + layernorm, the Llama/Qwen2 classes otherwise."""
+    gpt2 = c["ffn_type"] == "gelu"
+    return {"act_fn": "gelu_new" if gpt2 else "silu", "fused_projections": gpt2, "softmax_fp32": not gpt2}
 
 
 def _check(c: dict) -> None:

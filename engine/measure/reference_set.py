@@ -112,7 +112,8 @@ CASES = [
 
 CONFIG_COLUMNS = [
     "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab", "ffn_type", "tied_embeddings",
-    "head_dim", "norm_type", "linear_bias", "n_positions", "n_experts", "seq_len", "micro_batch", "grad_accum",
+    "head_dim", "norm_type", "linear_bias", "n_positions", "act_fn", "fused_projections", "softmax_fp32",
+    "n_experts", "seq_len", "micro_batch", "grad_accum",
     "precision", "optimizer", "framework", "checkpointing", "dropout", "attention", "lora_rank", "lora_targets",
     "base_quant", "offload", "n_gpus", "tp", "pp", "cp", "ep", "dp", "sp", "zero_stage",
 ]
