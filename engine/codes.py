@@ -127,7 +127,7 @@ class Invalid(IntEnum):
     OFFLOAD_ZERO = 11
     TOP_K = 12
     NO_DIMS = 13
-    LORA_DENSE_ONLY = 14
+    ZERO_ONE_REPLICA = 14
 
 
 INVALID_REASONS = {
@@ -145,7 +145,7 @@ INVALID_REASONS = {
     Invalid.OFFLOAD_ZERO: "offload needs zero_stage >= 1 (optimizer_params needs zero_stage 3)",
     Invalid.TOP_K: "top_k exceeds n_experts",
     Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
-    Invalid.LORA_DENSE_ONLY: "",
+    Invalid.ZERO_ONE_REPLICA: "zero_stage > 0 with one data-parallel replica shards nothing: it is zero_stage 0",
 }
 
 # The CONFIG.md strings of each categorical column, in code order.

@@ -34,8 +34,9 @@ def output_column(name: str, values: np.ndarray) -> pa.Array:
     """One kernel output row as its CONFIG.md column."""
     nulls = values == NULL
     mask = nulls if nulls.any() else None
-    if name == "invalid_reason":
-        return categorical(values, _REASON_STRINGS)
+    if name == "invalid_reason":  # NULL on rows that can run
+        valid_rows = values == 0
+        return categorical(values, _REASON_STRINGS, valid_rows if valid_rows.any() else None)
     if name in CODE_COLUMNS:
         return categorical(np.where(nulls, 0, values), names(CHOICES[name]), mask)
     if name in BOOL_COLUMNS:

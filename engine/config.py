@@ -115,6 +115,12 @@ DERIVED_FIELDS = [
     "rank_weight_bytes",
     "rank_grad_bytes",
     "rank_optimizer_bytes",
+    "rank_host_bytes",
+    "rank_cast_bytes",
+    "rank_gather_bytes",
+    "rank_reduce_bytes",
+    "rank_step_bytes",
+    "rank_bucket_bytes",
 ]
 
 _FLOATS = {"dropout", "headroom"}

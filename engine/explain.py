@@ -33,14 +33,13 @@ def evaluate_case(case: dict) -> dict:
 
 
 def breakdown(result: dict) -> list[tuple[str, int]]:
-    """The device peak split into the six parts people budget for, largest first within the table order."""
+    """The device peak split into the parts people budget for, as they are live at the peak (they add up)."""
     r = result
-    grads_live = r["allocated_peak_bytes"] - r["weight_bytes"] - r["optimizer_bytes"] - r["activation_bytes"] - r["temp_bytes"]
     slack = r["reserved_peak_bytes"] - r["allocated_peak_bytes"]
     return [
         ("weights", r["weight_bytes"]),
-        ("gradients", max(0, grads_live)),
-        ("optimizer states", r["optimizer_bytes"]),
+        ("gradients", r["peak_grad_bytes"]),
+        ("optimizer states", r["peak_optimizer_bytes"]),
         ("activations", r["activation_bytes"]),
         ("temporaries", r["temp_bytes"]),
         ("allocator slack", slack),

@@ -7,7 +7,15 @@ changes; the reference path derives them for every configuration. Same code eith
 
 from engine.formulas.common import formula
 from engine.formulas.params import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
-from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes
+from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.formulas.temporaries import (
+    autocast_cache_bytes,
+    ddp_bucket_bytes,
+    dequant_bytes,
+    optimizer_step_bytes,
+    zero3_gather_bytes,
+    zero3_grad_bytes,
+)
 
 
 @formula
@@ -25,10 +33,17 @@ def derive_layout(c, dp_mode):
 
 @formula
 def derive(c):
-    """Fill the record's rank_* fields (engine.config.DERIVED_FIELDS) from its inputs."""
+    """Fill the record's rank_* fields (engine.config.DERIVED_FIELDS): the parameter split, the model states and
+    the buffers that depend on them, none of which the workload (seq_len, micro_batch, GPU) changes."""
     c.rank_params = params_per_gpu(c)
     c.rank_trainable_params = trainable_params_per_gpu(c)
     c.rank_block_params = block_params_per_gpu(c)
     c.rank_weight_bytes = device_weight_bytes(c)
     c.rank_grad_bytes = device_grad_bytes(c)
     c.rank_optimizer_bytes = device_optimizer_bytes(c)
+    c.rank_host_bytes = host_bytes(c)
+    c.rank_cast_bytes = autocast_cache_bytes(c)
+    c.rank_gather_bytes = zero3_gather_bytes(c) + dequant_bytes(c)
+    c.rank_reduce_bytes = zero3_grad_bytes(c)
+    c.rank_step_bytes = optimizer_step_bytes(c)
+    c.rank_bucket_bytes = ddp_bucket_bytes(c)

@@ -15,17 +15,7 @@ from engine.formulas.activations import activation_bytes, head_activation_bytes,
 from engine.formulas.common import formula
 from engine.formulas.overhead import allocator_slack_bytes
 from engine.formulas.params import has_dims, kv_heads, layers_per_stage, n_moe_layers
-from engine.formulas.temporaries import (
-    autocast_cache_bytes,
-    backward_workspace_bytes,
-    ddp_bucket_bytes,
-    dequant_bytes,
-    loss_backward_bytes,
-    loss_forward_bytes,
-    optimizer_step_bytes,
-    zero3_gather_bytes,
-    zero3_grad_bytes,
-)
+from engine.formulas.temporaries import backward_workspace_bytes, loss_backward_bytes, loss_forward_bytes
 
 
 @formula
@@ -54,7 +44,7 @@ def states_bytes(c, with_grads):
 @formula
 def buckets_bytes(c, with_grads):
     """Gradient buckets exist once the first backward has made them, alongside the gradients."""
-    return ddp_bucket_bytes(c) if with_grads else 0
+    return c.rank_bucket_bytes if with_grads else 0
 
 
 @formula
@@ -65,7 +55,7 @@ def pageable_bytes(c):
 
 @formula
 def forward_temp_bytes(c, last):
-    t = autocast_cache_bytes(c) + zero3_gather_bytes(c) + dequant_bytes(c)
+    t = c.rank_cast_bytes + c.rank_gather_bytes
     if last:
         t += loss_forward_bytes(c)
     return t
@@ -75,29 +65,28 @@ def forward_temp_bytes(c, last):
 def backward_temp_bytes(c, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations, whichever is larger; plus gathers and kept weight casts."""
-    t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + dequant_bytes(c)
+    t = c.rank_gather_bytes + c.rank_reduce_bytes
     if c.checkpointing != Ckpt.FULL:
-        t += autocast_cache_bytes(c)  # with recomputation the casts are redone, not kept
+        t += c.rank_cast_bytes  # with recomputation the casts are redone, not kept
     layer = backward_workspace_bytes(c) + recompute_bytes(c)
     return t + max(layer, loss_backward_bytes(c) if last else 0)
 
 
 @formula
-def stage_phase_peaks(c, last):
-    """Forward, backward and optimizer peaks of the first (last=False) or last pipeline stage, each as
-    (live tensor bytes, activations, temporaries, gradients live) at that instant."""
-    acts = last_stage_activation_bytes(c) if last and c.pp > 1 else activation_bytes(c)
+def stage_phase_peaks(c, last, acts):
+    """Forward, backward and optimizer peaks of the first (last=False) or last pipeline stage holding `acts`
+    bytes of activations, each as (live tensor bytes, activations, temporaries, gradients live)."""
     g = grads_live_in_forward(c)
     live = states_bytes(c, g) - pageable_bytes(c)
     fwd_t = forward_temp_bytes(c, last) + buckets_bytes(c, g)
     forward = (live + acts + fwd_t, acts, fwd_t, g)
     bwd_t = backward_temp_bytes(c, last) + buckets_bytes(c, g)
     backward = (live + acts + bwd_t, acts, bwd_t, g)
-    end_t = zero3_gather_bytes(c) + zero3_grad_bytes(c) + buckets_bytes(c, True)
+    end_t = c.rank_gather_bytes + c.rank_reduce_bytes + buckets_bytes(c, True)
     backward_end = (states_bytes(c, True) - pageable_bytes(c) + end_t, 0, end_t, True)
     if backward_end[0] > backward[0]:
         backward = backward_end
-    opt_t = optimizer_step_bytes(c) + buckets_bytes(c, True)
+    opt_t = c.rank_step_bytes + buckets_bytes(c, True)
     optimizer = (states_bytes(c, True) + opt_t, 0, opt_t, True)
     return forward, backward, optimizer
 
@@ -109,7 +98,8 @@ def peak(c):
     for last in (False, True):
         if last and c.pp == 1:
             continue
-        forward, backward, optimizer = stage_phase_peaks(c, last or c.pp == 1)
+        acts = last_stage_activation_bytes(c) if last else activation_bytes(c)
+        forward, backward, optimizer = stage_phase_peaks(c, last or c.pp == 1, acts)
         if forward[0] > best[0]:
             best = (forward[0], Phase.FORWARD.value, forward[1], forward[2], forward[3])
         if backward[0] > best[0]:
@@ -158,6 +148,8 @@ def invalid_reason(c):
         c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3
     ):
         return Invalid.OFFLOAD_ZERO
+    if c.zero_stage > 0 and c.dp * c.cp == 1 and c.offload == Offload.NONE:
+        return Invalid.ZERO_ONE_REPLICA
     if c.sp and c.seq_len % c.tp != 0:
         return Invalid.SP_SEQ
     if c.cp > 1 and c.seq_len % (2 * c.cp) != 0:

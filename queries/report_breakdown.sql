@@ -1,0 +1,59 @@
+-- Memory at the peak, component by component, of each model's fewest-GPU layout on one GPU type, with the capacity it must fit under.
+-- params:  $method  VARCHAR  training method (as queries name it), or NULL for any
+--          $gpu     VARCHAR  GPU key
+-- returns: one row per model that fits on $gpu: gpu, n_params, layout (n_gpus, tp, pp, zero_stage, checkpointing,
+--          micro_batch, seq_len, peak_phase, layout_label), weight_gib, grad_gib, optimizer_gib, activation_gib, temp_gib,
+--          slack_gib, overhead_gib (these sum to device_peak_gib), capacity_gib, usable_gib (capacity * (1 - headroom))
+WITH fitting AS (
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND gpu = $gpu
+      AND ($method IS NULL OR $method = concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END))
+),
+chosen AS (
+    SELECT
+        model, gpu,
+        -- fewest GPUs, then the lowest device peak, then the first in sweep order (as breakdown.sql picks)
+        arg_min({'n_gpus': n_gpus, 'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
+                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase, 'paged': paged,
+                 'weight_bytes': weight_bytes, 'optimizer_bytes': optimizer_bytes,
+                 'activation_bytes': activation_bytes, 'temp_bytes': temp_bytes,
+                 'allocated_peak_bytes': allocated_peak_bytes, 'reserved_peak_bytes': reserved_peak_bytes,
+                 'overhead_bytes': overhead_bytes, 'device_peak_bytes': device_peak_bytes,
+                 'capacity_bytes': capacity_bytes, 'headroom': headroom},
+                (n_gpus, device_peak_bytes, index))                         AS c
+    FROM fitting
+    GROUP BY ALL
+),
+live AS (
+    SELECT
+        *,
+        -- a paged optimizer's states are evicted to host outside the optimizer step
+        CASE WHEN c.paged AND c.peak_phase <> 'optimizer' THEN 0 ELSE c.optimizer_bytes END AS optimizer_live_bytes
+    FROM chosen
+)
+SELECT
+    l.model,
+    l.gpu,
+    m.n_params,
+    l.c.n_gpus, l.c.tp, l.c.pp, l.c.zero_stage, l.c.checkpointing, l.c.micro_batch, l.c.seq_len, l.c.peak_phase,
+    l.model || ': ' || l.c.n_gpus || ' GPUs, tp ' || l.c.tp || ', pp ' || l.c.pp || ', ZeRO-' || l.c.zero_stage
+        || ', ' || l.c.checkpointing || ' recompute'                        AS layout_label,
+    l.c.weight_bytes / 2^30                                                 AS weight_gib,
+    -- what the allocated peak holds beyond weights, optimizer states, activations and temporaries
+    (l.c.allocated_peak_bytes - l.c.weight_bytes - l.optimizer_live_bytes - l.c.activation_bytes - l.c.temp_bytes) / 2^30 AS grad_gib,
+    l.optimizer_live_bytes / 2^30                                           AS optimizer_gib,
+    l.c.activation_bytes / 2^30                                             AS activation_gib,
+    l.c.temp_bytes / 2^30                                                   AS temp_gib,
+    (l.c.reserved_peak_bytes - l.c.allocated_peak_bytes) / 2^30             AS slack_gib,
+    l.c.overhead_bytes / 2^30                                               AS overhead_gib,
+    l.c.device_peak_bytes / 2^30                                            AS device_peak_gib,
+    l.c.capacity_bytes / 2^30                                               AS capacity_gib,
+    l.c.capacity_bytes * (1 - l.c.headroom) / 2^30                          AS usable_gib
+FROM live AS l
+LEFT JOIN models AS m USING (model)
+ORDER BY m.n_params NULLS LAST, l.model;

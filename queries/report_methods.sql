@@ -1,0 +1,24 @@
+-- Training methods in the sweep, the most fitting configurations first: the report charts the first one.
+-- params:  none
+-- returns: one row per method: configurations, valid, fit, fit_share (of valid; NULL without valid rows)
+WITH per_axes AS (
+    -- group on the raw columns first: the method string is then built once per method, not once per row
+    SELECT
+        precision, optimizer, framework, lora_rank, base_quant, offload,
+        count(*)                                                            AS configurations,
+        count(*) FILTER (WHERE valid)                                       AS valid,
+        count(*) FILTER (WHERE valid AND fits)                              AS fit
+    FROM sweep
+    GROUP BY ALL
+)
+SELECT
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    configurations,
+    valid,
+    fit,
+    fit / nullif(valid, 0)                                                  AS fit_share
+FROM per_axes
+ORDER BY fit DESC, method;

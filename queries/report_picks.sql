@@ -1,0 +1,70 @@
+-- The GPU type and model a report's single-model charts show: among the GPU types on which the most models fit, the one of median memory; and the median-size model that fits on it.
+-- params:  $method  VARCHAR  training method (as queries name it), or NULL for any
+--          $model   VARCHAR  model to show, or NULL to pick the median-size one
+--          $gpu     VARCHAR  GPU type to show, or NULL to pick one
+-- returns: at most one row: gpu, capacity_gib, model, n_params, min_gpus (fewest GPUs of that type that fit the
+--          model), models_that_fit (on that GPU type). No row when nothing fits (or the model never fits the GPU).
+WITH fitting AS (
+    SELECT model, gpu, n_gpus, capacity_bytes
+    FROM sweep
+    WHERE valid AND fits
+      AND ($method IS NULL OR $method = concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END))
+),
+per_gpu AS (
+    SELECT
+        gpu,
+        count(DISTINCT model)                                               AS models_that_fit,
+        min(capacity_bytes)                                                 AS capacity_bytes,
+        bool_or(model = $model)                                             AS fits_model
+    FROM fitting
+    GROUP BY ALL
+),
+gpu_candidates AS (
+    SELECT
+        *,
+        row_number() OVER (ORDER BY capacity_bytes, gpu)                    AS capacity_rank,
+        count(*) OVER ()                                                    AS n_gpus_types
+    FROM per_gpu
+    WHERE ($gpu IS NULL OR gpu = $gpu)
+      AND ($model IS NULL OR fits_model)
+      -- the GPU types on which the most models fit
+      AND models_that_fit = (SELECT max(models_that_fit) FROM per_gpu
+                             WHERE ($gpu IS NULL OR gpu = $gpu) AND ($model IS NULL OR fits_model))
+),
+gpu_pick AS (
+    -- of those, the median memory: neither the roomiest card nor the tightest
+    SELECT gpu, capacity_bytes, models_that_fit
+    FROM gpu_candidates
+    WHERE capacity_rank = (n_gpus_types + 1) // 2
+),
+per_model AS (
+    SELECT
+        f.model,
+        m.n_params,
+        min(f.n_gpus)                                                       AS min_gpus
+    FROM fitting AS f
+    JOIN gpu_pick AS g USING (gpu)
+    LEFT JOIN models AS m USING (model)
+    GROUP BY ALL
+),
+ranked AS (
+    SELECT
+        *,
+        row_number() OVER (ORDER BY n_params NULLS LAST, model)             AS size_rank,
+        count(*) OVER ()                                                    AS n_models
+    FROM per_model
+)
+SELECT
+    g.gpu,
+    g.capacity_bytes / 2^30                                                 AS capacity_gib,
+    r.model,
+    r.n_params,
+    r.min_gpus,
+    g.models_that_fit
+FROM ranked AS r
+CROSS JOIN gpu_pick AS g
+WHERE CASE WHEN $model IS NULL THEN r.size_rank = (r.n_models + 1) // 2 ELSE r.model = $model END
+ORDER BY r.model;

@@ -1,0 +1,36 @@
+"""One chart per module, found automatically (as altair's gallery tests find theirs).
+
+Each module opens with a title docstring and one sentence, then names its query (`QUERY`, a file in queries/),
+how the report fills the query's parameters (`PARAMS`: query parameter -> report pick), where it goes on the
+page (`POSITION`), and `chart(rows)`: a polars frame in, an altair chart out, with no SQL and no I/O.
+engine/report.py runs the queries, checks row counts against MAX_ROWS and assembles the page.
+"""
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+# altair refuses (or, with the limit lifted, slowly draws) data over 5,000 rows; queries aggregate far below it
+MAX_ROWS = 5_000
+
+# What a report can bind a query parameter to: the picks engine/report.py makes (or the user gives).
+PICKS = ("method", "model", "gpu", "min_gpus")
+
+
+def chart_modules() -> list[ModuleType]:
+    """Every chart module in this package, in page order."""
+    modules = [importlib.import_module(f"{__name__}.{info.name}")
+               for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_")]
+    return sorted(modules, key=lambda m: (m.POSITION, m.__name__))
+
+
+def short_name(module: ModuleType) -> str:
+    return module.__name__.rsplit(".", 1)[-1]
+
+
+def heading(module: ModuleType) -> tuple[str, str]:
+    """(title, sentence) from a module docstring written as the altair gallery writes them."""
+    lines = [line.strip() for line in (module.__doc__ or "").strip().splitlines()]
+    title = lines[0] if lines else short_name(module)
+    body = " ".join(line for line in lines[1:] if line and set(line) != {"-"})
+    return title, body

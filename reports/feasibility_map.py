@@ -1,0 +1,40 @@
+"""
+What fits where
+---------------
+Which models train at each GPU count on each GPU type: green cells fit (darker: more memory free at the peak, in GiB), grey cells fit in no swept layout.
+"""
+
+import altair as alt
+import polars as pl
+
+POSITION = 1
+QUERY = "report_feasibility_map"
+PARAMS = {"method": "method"}
+
+
+def chart(rows: pl.DataFrame) -> alt.FacetChart:
+    base = alt.Chart(rows).encode(
+        alt.X("n_gpus:O").title("GPUs (count)"),
+        alt.Y("model_label:N").sort(alt.EncodingSortField("n_params", op="max", order="descending"))
+        .title("model (parameters)"),
+    )
+    where = [
+        alt.Tooltip("gpu:N", title="GPU type"),
+        alt.Tooltip("model:N", title="model"),
+        alt.Tooltip("n_params:Q", format=",", title="parameters"),
+        alt.Tooltip("n_gpus:Q", title="GPUs"),
+    ]
+    misses = base.mark_rect(color="#d9d9d9").transform_filter("!datum.any_fits").encode(
+        tooltip=[*where, alt.Tooltip("least_miss_gib:Q", format=",.3f", title="closest layout over usable memory (GiB)")]
+    )
+    fits = base.mark_rect().transform_filter("datum.any_fits").encode(
+        alt.Color("best_headroom_gib:Q").scale(scheme="greens").title("best headroom (GiB)"),
+        tooltip=[*where, alt.Tooltip("fitting:Q", format=",", title="layouts that fit"),
+                 alt.Tooltip("best_headroom_gib:Q", format=",.3f", title="best headroom (GiB)")],
+    )
+    labels = base.mark_text(fontSize=8).transform_filter("datum.any_fits").encode(
+        alt.Text("fitting:Q", format=","),
+        color=alt.condition("datum.best_headroom_gib > 0.6 * datum.capacity_gib", alt.value("white"), alt.value("black")),
+    )
+    cells = (misses + fits + labels).properties(width=alt.Step(26), height=alt.Step(18))
+    return cells.facet(alt.Facet("gpu:N").title("GPU type (cell text: layouts that fit)"), columns=3)
