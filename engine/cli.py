@@ -76,7 +76,17 @@ def parse_shard(text: str) -> tuple[int, int]:
 def cmd_sweep(args) -> None:
     from engine.sweep import explain_no_valid, run_sweep
 
+    if args.plan is not None:
+        return cmd_plan(args)
+    if not args.output:
+        raise UserError("memsim sweep needs -o DIR (where the dataset goes), or --plan N to plan shards")
+    if args.engine == "ray":
+        return cmd_sweep_ray(args)
+    if args.address or args.shards:
+        raise UserError("--address and --shards go with --engine ray; to run one shard here use --shard K/N")
     shard = parse_shard(args.shard) if args.shard else (0, 1)
+    if "://" in args.output:  # an object-store (or file://) URI: staged locally, published through pyarrow.fs
+        from engine.shards import sweep_shard as run_sweep
     result = run_sweep(args.spec, args.output, shard=shard, force=args.force,
                        feasible_only=args.feasible_only or None, valid_only=args.valid_only or None,
                        progress=False if args.quiet else None)
@@ -85,6 +95,35 @@ def cmd_sweep(args) -> None:
           f"{result.valid:,} valid, {result.fits:,} fit; {result.written:,} rows -> {result.out_dir}")
     if result.valid == 0:
         raise UserError(f"no valid configuration in this sweep: {explain_no_valid(result)}")
+
+
+def cmd_plan(args) -> None:
+    from engine.shards import plan_shards, render_plan
+
+    grid, keep, plans = plan_shards(args.spec, args.plan, args.feasible_only or None, args.valid_only or None)
+    print(render_plan(args.spec, grid, keep, plans, args.output))
+
+
+def cmd_sweep_ray(args) -> None:
+    from engine.ray_backend import run_ray
+
+    if args.shard:
+        raise UserError("--shard runs one shard here; with --engine ray give the number of shards: --shards N")
+    r = run_ray(args.spec, args.output, n_shards=args.shards, address=args.address, force=args.force,
+                feasible_only=args.feasible_only or None, valid_only=args.valid_only or None)
+    rate = r.evaluated / max(r.seconds, 1e-9)
+    print(f"{r.evaluated:,} configurations in {r.n_shards} shards, {r.seconds:.2f} s ({rate / 1e6:.2f} M/s): "
+          f"{r.valid:,} valid, {r.fits:,} fit; {r.written:,} rows -> {r.out}")
+
+
+def cmd_verify(args) -> None:
+    from engine.shards import render_verification, verify_dataset
+
+    v = verify_dataset(args.dir)
+    print(render_verification(v))
+    if not v.ok:
+        raise UserError(f"{args.dir} is incomplete: {len(v.rerun)} shard(s) to re-run"
+                        f"{f', {len(v.stray)} stray file(s)' if v.stray else ''} (listed above)")
 
 
 def cmd_query(args) -> None:
@@ -115,6 +154,19 @@ def cmd_sql(args) -> None:
     from engine.views import connect
 
     emit(run_sql(connect(args.sweep), args.sql), args.format, args.output)
+
+
+def cmd_report(args) -> None:
+    import time
+
+    from engine.report import write_report
+
+    t0 = time.perf_counter()
+    report, paths = write_report(args.sweep, args.output, args.format, args.method, args.model, args.gpu)
+    charts = sum(1 for s in report.sections if s.chart is not None)
+    print(f"report ({charts} chart{'s' if charts != 1 else ''}, {time.perf_counter() - t0:.1f} s) -> {paths[0].resolve()}")
+    for path in paths[1:]:
+        print(f"  chart -> {path}")
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,10 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_validate)
 
     p = sub.add_parser("sweep", help="evaluate every configuration of a sweep spec into a Parquet dataset",
-                       epilog="Example:\n  memsim sweep data/sweeps/default.toml -o out/default", formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="Example:\n  memsim sweep data/sweeps/default.toml -o out/default\n"
+                              "  memsim sweep data/sweeps/default.toml --plan 16 -o out/default\n"
+                              "  memsim sweep data/sweeps/default.toml --engine ray --shards 16 -o out/default", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", help="sweep spec (TOML with an [axes] table), e.g. data/sweeps/default.toml")
-    p.add_argument("-o", "--output", required=True, help="dataset directory")
+    p.add_argument("-o", "--output", help="dataset directory, or a URI (file://..., s3://...)")
     p.add_argument("--shard", help="K/N: evaluate only shard K of N (0-based) into the same dataset")
+    p.add_argument("--plan", type=int, metavar="N", help="print N shards' ranges and sizes and how to run them; sweeps nothing")
+    p.add_argument("--engine", choices=["local", "ray"], default="local", help="ray: run the shards as Ray tasks (pip install 'memsim[ray]')")
+    p.add_argument("--address", help="with --engine ray: the cluster (HOST:6379 or ray://HOST:10001); default: start Ray here")
+    p.add_argument("--shards", type=int, metavar="N", help="with --engine ray: number of shards (default: the cluster's CPUs)")
     p.add_argument("--feasible-only", action="store_true", help="write only valid rows that fit")
     p.add_argument("--valid-only", action="store_true", help="write only valid layouts")
     p.add_argument("--force", action="store_true", help="write even if the disk looks too small, or replace another sweep in DIR")
@@ -209,6 +267,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory; without it only models and gpus exist")
     add_output_flags(p)
     p.set_defaults(run=cmd_sql)
+
+    p = sub.add_parser("report", help="a self-contained HTML page of charts and findings over a sweep",
+                       epilog="Example:\n  memsim report --sweep out/default -o report.html\n"
+                              "  memsim report --sweep out/default -o docs/report.html --format png --model llama-3.1-70b --gpu h100",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sweep", metavar="DIR", required=True, help="sweep dataset directory (written by memsim sweep)")
+    p.add_argument("-o", "--output", required=True, help="the HTML page to write (atomically)")
+    p.add_argument("--format", choices=["html", "png", "svg"], default="html",
+                   help="png or svg: also write each chart beside the page as <name>-<chart>.png|svg (default: html only)")
+    p.add_argument("--method", help="training method the charts show, as queries name it (default: the one with most fits)")
+    p.add_argument("--model", help="model for the single-model charts (default: the median-size model that fits)")
+    p.add_argument("--gpu", help="GPU type for the single-GPU charts (default: picked from what fits)")
+    p.set_defaults(run=cmd_report)
+
+    p = sub.add_parser("verify", help="check that a (sharded) sweep dataset is complete; print what to re-run",
+                       epilog="Example:\n  memsim verify out/default", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", metavar="DIR", help="sweep dataset directory or URI (written by memsim sweep)")
+    p.set_defaults(run=cmd_verify)
     return parser
 
 

@@ -121,6 +121,12 @@ DERIVED_FIELDS = [
     "rank_reduce_bytes",
     "rank_step_bytes",
     "rank_bucket_bytes",
+    "rank_stream_bytes",
+    "rank_replicated_per_token",
+    "rank_split_per_token",
+    "rank_moe_split_per_token",
+    "rank_scores_per_key",
+    "rank_head_per_token",
 ]
 
 _FLOATS = {"dropout", "headroom"}

@@ -19,9 +19,9 @@ from engine.config import INPUTS, RECORD, empty_records
 from engine.errors import UserError
 from engine.resolve import MODEL_FIELD_NAMES, check_columns, gpu_attributes, model_fields, normalize_model, parse_value
 
-# Inputs that do not change the rank's parameters or model states: they vary fastest.
-INNER_AXES = {"gpu", "seq_len", "micro_batch", "grad_accum", "checkpointing", "dropout", "attention", "sp",
-              "pp_schedule", "vpp", "headroom", "paged"}
+# Inputs that derive() does not read (engine/formulas/derived.py): they vary fastest, and changing them
+# needs no re-derivation.
+INNER_AXES = {"gpu", "seq_len", "micro_batch", "grad_accum", "headroom"}
 FIELD_INDEX = {name: i for i, name in enumerate(RECORD.names)}
 SPEC_TABLES = {"axes", "output", "filters"}
 OUTPUT_OPTIONS = {"feasible_only", "valid_only", "rows_per_chunk", "compression"}

@@ -69,13 +69,18 @@ def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
             clear_dataset(out_dir)
         else:
             manifest["created"] = old.get("created", manifest["created"])
-    elif out_dir.exists() and any(out_dir.iterdir()) and not force:
+    elif out_dir.exists() and any(not own_entry(p.name) for p in out_dir.iterdir()) and not force:
         raise UserError(f"{out_dir} exists and is not a memsim dataset; use a new directory or --force")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "_shards").mkdir(exist_ok=True)
     write_text_atomic(out_dir / "_spec.toml", grid.spec.text or "")
     write_text_atomic(existing, json.dumps(manifest, indent=2))
     return manifest
+
+
+def own_entry(name: str) -> bool:
+    """A file a concurrent shard of this sweep may already have made (shards of a fresh dataset start together)."""
+    return name.startswith(("_", ".", "part-"))
 
 
 def clear_dataset(out_dir: Path) -> None:

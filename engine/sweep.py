@@ -37,16 +37,24 @@ class KernelArgs:
             self.values[k, : len(axis.labels)] = axis.values
             self.kind[k] = 1 if axis.name == "model" else 2 if axis.name == "gpu" else FIELD_INDEX[axis.name] + 3
         self.grid = grid
+        self.radices = grid.radices
         self.blocks = 8 * numba.get_num_threads()
         self.scratch = np.zeros(self.blocks, dtype=RECORD)
         self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
+        self.buffers = None
 
     def evaluate(self, start: int, count: int):
+        """Outputs, axis digits and (dp, n_gpus) of configurations start .. start+count-1.
+
+        The arrays are reused by the next call (fresh pages for every chunk cost more than the kernel):
+        consume them first. They start at UNSET, so a column the kernel never writes shows."""
+        if self.buffers is None or self.buffers[0].shape[1] < count:
+            g = self.grid
+            self.buffers = (np.full((len(OUTPUTS), count), UNSET, dtype=np.int64),
+                            np.empty((len(g.axes), count), dtype=np.int64), np.empty((2, count), dtype=np.int64))
+        out, digits, layout = (b[:, :count] for b in self.buffers)
         g = self.grid
-        out = np.full((len(OUTPUTS), count), UNSET, dtype=np.int64)
-        digits = np.empty((len(g.axes), count), dtype=np.int64)
-        layout = np.empty((2, count), dtype=np.int64)
-        sweep_chunk(start, count, g.base, self.values, self.kind, g.radices, g.n_outer, g.model_rows,
+        sweep_chunk(start, count, g.base, self.values, self.kind, self.radices, g.n_outer, g.model_rows,
                     MODEL_FIELD_IDS, g.gpu_rows, GPU_FIELD_IDS, g.dp_mode, self.scratch, self.words,
                     out, digits, layout)
         return out, digits, layout
@@ -143,7 +151,8 @@ def check_disk(out_dir: Path, need: int, force: bool) -> None:
 
 def stream(args, out_dir, index_range, shard, manifest, feasible_only, valid_only, compression, chunk_rows, progress):
     lo, hi = index_range
-    meta = {**manifest, "shard": shard[0], "range": [lo, hi], "spec": args.grid.spec.text}
+    keep = "feasible" if feasible_only else "valid" if valid_only else "all"  # which rows: memsim verify checks it
+    meta = {**manifest, "shard": shard[0], "range": [lo, hi], "keep": keep, "spec": args.grid.spec.text}
     writer = None
     counts, reasons = Counter(), Counter()
     bar = Progress(hi - lo, sys.stderr.isatty() if progress is None else progress)

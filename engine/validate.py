@@ -41,7 +41,7 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
     if compare == "transformer_activations":  # Korthikanti's Table 2 x layers x schedule, no embedding terms
         from engine.formulas.activations import stage_layer_activation_bytes
 
-        return int(stage_layer_activation_bytes(record))
+        return int(stage_layer_activation_bytes(derived(record)))
     if compare == "weights":
         return result["weight_bytes"]
     if compare == "deepspeed_estimator":
@@ -56,7 +56,19 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
 def activation_at_forward(record) -> int:
     from engine.formulas.activations import activation_bytes
 
-    return int(activation_bytes(record))
+    return int(activation_bytes(derived(record)))
+
+
+def derived(record):
+    """A copy of a resolved record with its rank_* fields filled, for calling single formulas on it."""
+    import numpy as np
+
+    from engine.config import RECORD
+    from engine.formulas.derived import derive
+
+    rec = np.array([record], dtype=RECORD).view(np.recarray)[0]
+    derive(rec)
+    return rec
 
 
 def check_row(row: dict, compare: str, reference_bytes: float, tolerance_pct, expect: str, tolerance_abs=0.0,

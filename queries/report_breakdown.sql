@@ -41,7 +41,7 @@ SELECT
     l.gpu,
     m.n_params,
     l.c.n_gpus, l.c.tp, l.c.pp, l.c.zero_stage, l.c.checkpointing, l.c.micro_batch, l.c.seq_len, l.c.peak_phase,
-    l.model || ': ' || l.c.n_gpus || ' GPUs, tp ' || l.c.tp || ', pp ' || l.c.pp || ', ZeRO-' || l.c.zero_stage
+    l.model || ': ' || l.c.n_gpus || CASE WHEN l.c.n_gpus = 1 THEN ' GPU' ELSE ' GPUs' END || ', tp ' || l.c.tp || ', pp ' || l.c.pp || ', ZeRO-' || l.c.zero_stage
         || ', ' || l.c.checkpointing || ' recompute'                        AS layout_label,
     l.c.weight_bytes / 2^30                                                 AS weight_gib,
     -- what the allocated peak holds beyond weights, optimizer states, activations and temporaries

@@ -3,7 +3,9 @@
 --          $model   VARCHAR  model to show, or NULL to pick the median-size one
 --          $gpu     VARCHAR  GPU type to show, or NULL to pick one
 -- returns: at most one row: gpu, capacity_gib, model, n_params, min_gpus (fewest GPUs of that type that fit the
---          model), models_that_fit (on that GPU type). No row when nothing fits (or the model never fits the GPU).
+--          model), layout_gpus (the count, from min_gpus up, with the most distinct valid (zero_stage, tp,
+--          checkpointing) settings: where they can be compared), models_that_fit (on that GPU type).
+--          No row when nothing fits (or the model never fits the GPU).
 WITH fitting AS (
     SELECT model, gpu, n_gpus, capacity_bytes
     FROM sweep
@@ -56,15 +58,36 @@ ranked AS (
         row_number() OVER (ORDER BY n_params NULLS LAST, model)             AS size_rank,
         count(*) OVER ()                                                    AS n_models
     FROM per_model
+),
+model_pick AS (
+    SELECT r.*
+    FROM ranked AS r
+    WHERE CASE WHEN $model IS NULL THEN r.size_rank = (r.n_models + 1) // 2 ELSE r.model = $model END
+),
+layout_choice AS (
+    -- the GPU count at which ZeRO, TP and recompute can be compared: the most distinct valid settings of the
+    -- three, at the fewest GPUs that fit (at one GPU, say, only ZeRO-0 and tp 1 exist)
+    SELECT s.n_gpus
+    FROM sweep AS s
+    JOIN model_pick AS p ON s.model = p.model AND s.n_gpus >= p.min_gpus
+    JOIN gpu_pick AS g ON s.gpu = g.gpu
+    WHERE s.valid
+      AND ($method IS NULL OR $method = concat_ws(' ', s.precision, s.optimizer, s.framework,
+              CASE WHEN s.lora_rank > 0 THEN 'lora-r' || s.lora_rank END,
+              CASE WHEN s.base_quant <> 'none' THEN s.base_quant END,
+              CASE WHEN s.offload <> 'none' THEN 'offload-' || s.offload END))
+    GROUP BY s.n_gpus
+    ORDER BY count(DISTINCT (s.zero_stage, s.tp, s.checkpointing)) DESC, s.n_gpus
+    LIMIT 1
 )
 SELECT
     g.gpu,
     g.capacity_bytes / 2^30                                                 AS capacity_gib,
-    r.model,
-    r.n_params,
-    r.min_gpus,
+    p.model,
+    p.n_params,
+    p.min_gpus,
+    (SELECT n_gpus FROM layout_choice)                                      AS layout_gpus,
     g.models_that_fit
-FROM ranked AS r
+FROM model_pick AS p
 CROSS JOIN gpu_pick AS g
-WHERE CASE WHEN $model IS NULL THEN r.size_rank = (r.n_models + 1) // 2 ELSE r.model = $model END
-ORDER BY r.model;
+ORDER BY p.model;

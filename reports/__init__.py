@@ -14,7 +14,7 @@ from types import ModuleType
 MAX_ROWS = 5_000
 
 # What a report can bind a query parameter to: the picks engine/report.py makes (or the user gives).
-PICKS = ("method", "model", "gpu", "min_gpus")
+PICKS = ("method", "model", "gpu", "min_gpus", "layout_gpus")
 
 
 def chart_modules() -> list[ModuleType]:

@@ -31,8 +31,7 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart:
         component=pl.col("column").replace_strict(COMPONENTS),
         stack_order=pl.col("column").replace_strict({c: k for k, c in enumerate(COMPONENTS)}),
     )
-    y = alt.Y("layout_label:N").sort(alt.EncodingSortField("n_params", op="max", order="ascending")).title(
-        f"model and its fewest-GPU layout on {rows['gpu'][0]}")
+    y = alt.Y("layout_label:N").sort(alt.EncodingSortField("n_params", op="max", order="ascending")).axis(labelLimit=420).title(None)
     bars = alt.Chart(long).mark_bar().encode(
         alt.X("gib:Q").stack("zero").title(X_TITLE),
         y,
@@ -53,4 +52,5 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart:
         alt.X("max(capacity_gib):Q").title(X_TITLE), tooltip=[alt.Tooltip("max(capacity_gib):Q", format=",.3f", title="capacity (GiB)")])
     usable = base.mark_rule(color="black", strokeDash=[6, 4]).encode(
         alt.X("max(usable_gib):Q").title(X_TITLE), tooltip=[alt.Tooltip("max(usable_gib):Q", format=",.3f", title="usable: capacity less headroom (GiB)")])
-    return (bars + capacity + usable).properties(width=560, height=alt.Step(22))
+    title = f"Each model's fewest-GPU layout on {rows['gpu'][0]}"
+    return (bars + capacity + usable).properties(width=560, height=alt.Step(22), title=title)

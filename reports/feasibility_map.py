@@ -32,9 +32,10 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         tooltip=[*where, alt.Tooltip("fitting:Q", format=",", title="layouts that fit"),
                  alt.Tooltip("best_headroom_gib:Q", format=",.3f", title="best headroom (GiB)")],
     )
+    dark = 0.55 * (rows["best_headroom_gib"].max() or 0)  # white text on the darker half of the colour scale
     labels = base.mark_text(fontSize=8).transform_filter("datum.any_fits").encode(
         alt.Text("fitting:Q", format=","),
-        color=alt.condition("datum.best_headroom_gib > 0.6 * datum.capacity_gib", alt.value("white"), alt.value("black")),
+        color=alt.condition(f"datum.best_headroom_gib > {dark:.6g}", alt.value("white"), alt.value("black")),
     )
     cells = (misses + fits + labels).properties(width=alt.Step(26), height=alt.Step(18))
     return cells.facet(alt.Facet("gpu:N").title("GPU type (cell text: layouts that fit)"), columns=3)

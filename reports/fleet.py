@@ -1,7 +1,7 @@
 """
 Fleet comparison
 ----------------
-For each model, the GPU types ranked by the fewest GPUs that train it (left) and by the $/h of that smallest fleet (right; GPU types without a catalog price are marked).
+For each model, the GPU types ranked by the fewest GPUs that train it (left) and by the $/h of that smallest fleet (right; GPU types without a catalog price are marked and ranked last).
 """
 
 import altair as alt
@@ -21,26 +21,39 @@ TOOLTIP = [
 ]
 
 
-def ranked(rows: pl.DataFrame, field: str, title: str, label: str) -> alt.FacetChart:
+def powers(values: list[float], base: int) -> list[float]:
+    """Powers of `base` spanning the values: the ticks (and grid lines) of a log axis."""
+    lo, hi = min(values, default=1), max(values, default=1)
+    tick = 1.0
+    while tick > lo:
+        tick /= base
+    while tick * base <= lo:
+        tick *= base
+    ticks = [tick]
+    while ticks[-1] < hi or len(ticks) < 2:  # two ticks at least: a log domain needs a width
+        ticks.append(ticks[-1] * base)
+    return ticks
+
+
+def ranked(rows: pl.DataFrame, field: str, title: str, label: str, base: int) -> alt.FacetChart:
     """One dot per GPU type on a log axis, GPU types sorted by `field` within each model's row."""
-    base = alt.Chart(rows).encode(
-        alt.Y("gpu:N").sort(alt.EncodingSortField(field, op="min")).title(None),
+    ticks = powers(rows[field].drop_nulls().to_list(), base)
+    chart = alt.Chart(rows).transform_calculate(rank=f"datum.{field} == null ? 1e15 : datum.{field}").encode(
+        alt.Y("gpu:N").sort(alt.EncodingSortField("rank", op="min")).title(None),
         tooltip=TOOLTIP,
     )
-    dots = base.mark_point(filled=True, size=60).encode(
-        alt.X(f"{field}:Q").scale(type="log", zero=False, padding=12).title(title),
-        alt.Color("gpu:N").legend(None),
-    )
-    text = base.mark_text(align="left", dx=8, fontSize=10).encode(alt.X(f"{field}:Q"), alt.Text(f"{field}:Q", format=label))
-    unpriced = base.mark_text(align="left", fontSize=10, color="#888").transform_filter(
+    x = alt.X(f"{field}:Q").scale(type="log", base=base, domain=[ticks[0], ticks[-1]]).axis(values=ticks).title(title)
+    dots = chart.mark_point(filled=True, size=60).encode(x, alt.Color("gpu:N").legend(None))
+    text = chart.mark_text(align="left", dx=8, fontSize=10).encode(x, alt.Text(f"{field}:Q", format=label))
+    unpriced = chart.mark_text(align="left", dx=6, fontSize=10, color="#888").transform_filter(
         f"datum.{field} == null").encode(x=alt.value(0), text=alt.value("no catalog price"))
-    layers = dots + text + unpriced if field == "fleet_usd_per_hour" else dots + text
-    return layers.properties(width=260, height=alt.Step(14)).facet(
-        row=alt.Row("model:N").sort(alt.EncodingSortField("min_gpus", op="max")).title(None).header(labelAngle=0, labelAlign="left")
+    return (dots + text + unpriced).properties(width=260, height=alt.Step(14)).facet(
+        row=alt.Row("model:N").sort(alt.EncodingSortField("min_gpus", op="max")).title(None)
+        .header(labelAngle=0, labelAlign="left")
     ).resolve_scale(y="independent")
 
 
 def chart(rows: pl.DataFrame) -> alt.HConcatChart:
-    gpus = ranked(rows, "min_gpus", "fewest GPUs that fit (GPUs, log scale)", ",")
-    cost = ranked(rows, "fleet_usd_per_hour", "that fleet's price ($/h, log scale)", "$,.0f")
+    gpus = ranked(rows, "min_gpus", "fewest GPUs that fit (GPUs, log scale)", ",", base=2)
+    cost = ranked(rows, "fleet_usd_per_hour", "that fleet's price ($/h, log scale)", "$,.0f", base=10)
     return alt.hconcat(gpus, cost)

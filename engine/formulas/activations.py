@@ -130,20 +130,27 @@ def attention_bytes_per_token(c):
 
 
 @formula
-def attention_scores_bytes_per_token(c):
-    """The s-by-s attention terms per token (Korthikanti's 5as/h for Megatron with dropout); 0 with flash."""
+def scores_bytes_per_key(c):
+    """The s-by-s attention terms per token and per key attended to (Korthikanti's 5a for Megatron with
+    dropout: softmax output, mask, dropped probabilities); 0 with flash."""
     if c.attention == Attn.FLASH:
         return 0
-    a, s, e = c.n_heads, ceil_div(c.seq_len, c.cp) * c.cp, compute_bytes(c)
+    a, e = c.n_heads, compute_bytes(c)
     dropout = has_dropout(c)
     if fused_kernels(c):
-        return a * s * (e + (1 + e if dropout else 0))
+        return a * (e + (1 + e if dropout else 0))
     if c.attention == Attn.SDPA_MATH:
-        return a * s * (4 + (5 if dropout else 0))
+        return a * (4 + (5 if dropout else 0))
     softmax = 4 if c.softmax_fp32 or autocast(c) else e
     if dropout:
-        return a * s * (softmax + 1 + e)  # mask + dropped probabilities in the value dtype
-    return a * s * (softmax + (e if softmax != e else 0))  # the cast back to the value dtype, for p @ v
+        return a * (softmax + 1 + e)  # mask + dropped probabilities in the value dtype
+    return a * (softmax + (e if softmax != e else 0))  # the cast back to the value dtype, for p @ v
+
+
+@formula
+def attention_scores_bytes_per_token(c):
+    """The s-by-s terms per token: each token's query attends to all s keys (ring attention too)."""
+    return c.rank_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
 
 
 @formula
@@ -184,19 +191,22 @@ def moe_bytes_per_token(c):
 
 @formula
 def split_bytes_per_token(c, moe_layer):
-    """Terms that tensor parallelism splits: attention internals and the FFN intermediates."""
-    attn = attention_bytes_per_token(c) + scores_bytes_per_token(c)
+    """Terms that tensor parallelism splits, but the s^2 scores: attention internals and FFN intermediates."""
     if not moe_layer:
-        return attn + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1)
-    return attn + moe_bytes_per_token(c)
+        return attention_bytes_per_token(c) + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1)
+    return attention_bytes_per_token(c) + moe_bytes_per_token(c)
 
 
 @formula
 def full_layer_bytes(c, moe_layer, scores):
-    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms)."""
+    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms per token).
+
+    The per-token terms depend only on the model, numerics and layout: derive() keeps them on the record
+    (rank_replicated_per_token, rank_split_per_token, rank_moe_split_per_token)."""
     tokens, t = local_tokens(c), c.tp
-    replicated = replicated_bytes_per_token(c) * tokens
-    split = (split_bytes_per_token(c, moe_layer) - scores_bytes_per_token(c) + scores) * tokens
+    replicated = c.rank_replicated_per_token * tokens
+    split_per_token = c.rank_moe_split_per_token if moe_layer else c.rank_split_per_token
+    split = (split_per_token + scores) * tokens
     return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
@@ -207,7 +217,7 @@ def layer_activation_bytes(c, moe_layer):
     Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
     """
     if c.checkpointing == Ckpt.FULL:
-        kept = stream_bytes(c) * local_tokens(c) * c.d_model
+        kept = c.rank_stream_bytes * local_tokens(c) * c.d_model
         return ceil_div(kept, c.tp) if c.sp else kept
     return full_layer_bytes(c, moe_layer, scores_bytes_per_token(c))
 
@@ -255,9 +265,15 @@ def head_activation_bytes(c):
     none). The loss's own tensors are temporaries (temporaries.py)."""
     if not c.lm_head:
         return 0
-    head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
-    kept = local_tokens(c) * (norm_bytes_per_token(c) + head_in * c.d_model)
+    kept = local_tokens(c) * c.rank_head_per_token
     return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
+def head_bytes_per_token(c):
+    """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA)."""
+    head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
+    return norm_bytes_per_token(c) + head_in * c.d_model
 
 
 @formula

@@ -5,8 +5,15 @@ The parameter split of the most loaded rank and the resident model states do not
 changes; the reference path derives them for every configuration. Same code either way.
 """
 
+from engine.formulas.activations import (
+    head_bytes_per_token,
+    replicated_bytes_per_token,
+    scores_bytes_per_key,
+    split_bytes_per_token,
+    stream_bytes,
+)
 from engine.formulas.common import formula
-from engine.formulas.params import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
+from engine.formulas.params import block_params_per_gpu, n_moe_layers, params_per_gpu, trainable_params_per_gpu
 from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 from engine.formulas.temporaries import (
     autocast_cache_bytes,
@@ -33,8 +40,9 @@ def derive_layout(c, dp_mode):
 
 @formula
 def derive(c):
-    """Fill the record's rank_* fields (engine.config.DERIVED_FIELDS): the parameter split, the model states and
-    the buffers that depend on them, none of which the workload (seq_len, micro_batch, GPU) changes."""
+    """Fill the record's rank_* fields (engine.config.DERIVED_FIELDS): the parameter split, the model states,
+    the buffers that depend on them and the per-token activation terms, none of which the workload
+    (seq_len, micro_batch, grad_accum, GPU, headroom) changes."""
     c.rank_params = params_per_gpu(c)
     c.rank_trainable_params = trainable_params_per_gpu(c)
     c.rank_block_params = block_params_per_gpu(c)
@@ -47,3 +55,9 @@ def derive(c):
     c.rank_reduce_bytes = zero3_grad_bytes(c)
     c.rank_step_bytes = optimizer_step_bytes(c)
     c.rank_bucket_bytes = ddp_bucket_bytes(c)
+    c.rank_stream_bytes = stream_bytes(c)
+    c.rank_replicated_per_token = replicated_bytes_per_token(c)
+    c.rank_split_per_token = split_bytes_per_token(c, False)
+    c.rank_moe_split_per_token = split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0
+    c.rank_scores_per_key = scores_bytes_per_key(c)
+    c.rank_head_per_token = head_bytes_per_token(c)

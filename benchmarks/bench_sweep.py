@@ -1,0 +1,159 @@
+"""Sweep throughput: configs/s of the kernel alone and of the whole sweep to Parquet on disk, peak RSS,
+against a pure-Python loop over the scalar reference and a numpy-vectorized baseline, in one run.
+
+    python benchmarks/bench_sweep.py            # 1e6 and 1e7 configurations
+    python benchmarks/bench_sweep.py --full     # also 1e8 (a few minutes, ~1 GiB of Parquet in a temp dir)
+
+Not a test: speed is measured here and quoted, never asserted.
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.config import RECORD  # noqa: E402
+from engine.grid import build_grid, parse_spec  # noqa: E402
+from engine.outputs import row  # noqa: E402
+from engine.sweep import KernelArgs  # noqa: E402
+
+MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "mixtral-8x7b",
+          "qwen2.5-72b", "llama-3.1-405b", "gemma-2-27b", "mistral-7b-v0.1"]
+GPUS = ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-sxm-192gb", "mi300x", "l40s", "rtx-4090",
+        "a100-sxm-40gb", "mi325x", "l4"]
+
+
+def spec(size: float) -> dict:
+    """A realistic capacity-planning grid of about `size` configurations (10 models x 10 GPUs x layouts)."""
+    micro_batch, seq = {1e6: (4, [2048, 4096, 8192]), 1e7: (8, [512 * i for i in range(1, 19)]),
+                        1e8: (16, [256 * i for i in range(1, 88)])}[size]
+    return {"axes": {"model": MODELS, "n_gpus": [8, 16, 32, 64, 128], "tp": [1, 2, 4, 8], "pp": [1, 2, 4],
+                     "zero_stage": [0, 1, 2, 3], "checkpointing": ["none", "selective", "full"],
+                     "gpu": GPUS, "micro_batch": list(range(1, micro_batch + 1)), "seq_len": seq}}
+
+
+def kernel_rate(axes: dict, limit: int) -> tuple[int, float]:
+    """Configurations per second of the compiled kernel alone, in chunks of 2^20, outputs discarded."""
+    grid = build_grid(parse_spec(axes))
+    args = KernelArgs(grid)
+    chunk = 1 << 20
+    args.evaluate(0, min(chunk, grid.total))  # compile / allocate outside the timing
+    n = min(grid.total, limit)
+    t0 = time.perf_counter()
+    for start in range(0, n, chunk):
+        args.evaluate(start, min(chunk, n - start))
+    return n, n / (time.perf_counter() - t0)
+
+
+def python_rate(axes: dict, n: int = 2000) -> float:
+    """The scalar reference in a plain Python loop: records decoded with numpy, then row(c) per record."""
+    grid = build_grid(parse_spec(axes))
+    args = KernelArgs(grid)
+    args.evaluate(0, n)
+    records = np.zeros(n, dtype=RECORD).view(np.recarray)
+    for i in range(n):  # decode exactly as the kernel did: let the kernel's scratch tell us nothing; redo it
+        records[i] = decode(grid, i)
+    t0 = time.perf_counter()
+    for i in range(n):
+        row(records[i])
+    return n / (time.perf_counter() - t0)
+
+
+def decode(grid, index: int):
+    from engine.formulas.derived import derive_layout
+    from engine.grid import GPU_FIELD_IDS, MODEL_FIELD_IDS
+
+    words = grid.base.copy()
+    for axis, radix in zip(reversed(grid.axes), reversed(grid.radices)):
+        digit = index % radix
+        index //= radix
+        if axis.name == "model":
+            words[MODEL_FIELD_IDS] = grid.model_rows[axis.values[digit], MODEL_FIELD_IDS]
+        elif axis.name == "gpu":
+            words[GPU_FIELD_IDS] = grid.gpu_rows[axis.values[digit], GPU_FIELD_IDS]
+        else:
+            words[RECORD.names.index(axis.name)] = axis.values[digit]
+    rec = words.view(RECORD).view(np.recarray)[0]
+    derive_layout(rec, grid.dp_mode)
+    return rec
+
+
+def numpy_rate(axes: dict, n: int = 1_000_000) -> float:
+    """A numpy-vectorized baseline over the same grid: decode every axis column by mixed radix, then the
+    model states (ZeRO-sharded, 16 B/param) and Korthikanti's activations, as whole-array expressions.
+    A subset of memsim's terms (no phases, temporaries, LoRA, MoE): an upper bound on what numpy would do."""
+    grid = build_grid(parse_spec(axes))
+    idx = np.arange(min(n, grid.total), dtype=np.int64)
+    t0 = time.perf_counter()
+    cols, rest = {}, idx.copy()
+    for axis, radix in zip(reversed(grid.axes), reversed(grid.radices)):
+        cols[axis.name] = axis.values[rest % radix]
+        rest //= radix
+    f = {name: grid.model_rows[cols["model"], RECORD.names.index(name)] for name in ("n_params", "n_layers", "d_model", "n_heads")}
+    tp, pp, n_gpus, zero = cols["tp"], cols["pp"], cols["n_gpus"], cols["zero_stage"]
+    dp = np.maximum(1, n_gpus // (tp * pp))
+    p = -(-f["n_params"] // (tp * pp))
+    states = np.where(zero >= 3, 16 * p // dp, np.where(zero >= 2, 2 * p + 14 * p // dp, np.where(zero >= 1, 4 * p + 12 * p // dp, 16 * p)))
+    s, b, h, a = cols["seq_len"], cols["micro_batch"], f["d_model"], f["n_heads"]
+    act = s * b * h * (10 + 24 // tp) + 5 * a * s * s * b // tp
+    total = states + act * f["n_layers"] // pp
+    capacity = grid.gpu_rows[cols["gpu"], RECORD.names.index("capacity_bytes")]
+    fits = total <= capacity * 0.9
+    fits.sum()
+    return len(idx) / (time.perf_counter() - t0)
+
+
+def end_to_end(size: float) -> dict:
+    """The whole sweep to Parquet on disk, in a fresh process so its peak RSS is its own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path = Path(tmp) / "spec.toml"
+        spec_path.write_text(toml(spec(size)))
+        code = (
+            "import json, resource, sys, time; sys.path.insert(0, %r);"
+            "from engine.sweep import run_sweep;"
+            "r = run_sweep(%r, %r, force=True, progress=False, say=lambda *a: None);"
+            "print(json.dumps({'configs': r.evaluated, 'seconds': r.seconds, 'rows': r.written,"
+            " 'rss_gib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))"
+        ) % (str(ROOT), str(spec_path), str(Path(tmp) / "out"))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        result = json.loads(out.strip().splitlines()[-1])
+        result["parquet_mib"] = sum(f.stat().st_size for f in (Path(tmp) / "out").glob("*.parquet")) / 2**20
+        return result
+
+
+def toml(doc: dict) -> str:
+    lines = ["[axes]"]
+    for k, v in doc["axes"].items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="include 1e8 configurations")
+    args = ap.parse_args()
+    sizes = [1e6, 1e7] + ([1e8] if args.full else [])
+    py = python_rate(spec(1e6))
+    npy = numpy_rate(spec(1e7))
+    print(f"pure-Python reference loop:   {py:12,.0f} configs/s")
+    print(f"numpy-vectorized (subset):    {npy:12,.0f} configs/s")
+    for size in sizes:
+        n, rate = kernel_rate(spec(size), int(size * 1.01))
+        e2e = end_to_end(size)
+        e2e_rate = e2e["configs"] / e2e["seconds"]
+        print(f"{n:>13,} configs  kernel {rate / 1e6:6.2f} M/s ({rate / py:7.0f}x Python, {rate / npy:5.2f}x numpy)  "
+              f"end-to-end {e2e_rate / 1e6:5.2f} M/s  Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB")
+    print(f"(this process, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB)")
+
+
+if __name__ == "__main__":
+    main()
