@@ -166,7 +166,7 @@ def cmd_report(args) -> None:
     charts = sum(1 for s in report.sections if s.chart is not None)
     print(f"report ({charts} chart{'s' if charts != 1 else ''}, {time.perf_counter() - t0:.1f} s) -> {paths[0].resolve()}")
     for path in paths[1:]:
-        print(f"  chart -> {path}")
+        print(f"  chart -> {path.resolve()}")
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:

@@ -90,8 +90,11 @@ def build_section(module, run: Runner, picks: dict) -> Section:
     if picks["n_methods"] > 1:
         shows.insert(0, f"method {picks['method']}")
     section = Section(reports.short_name(module), title, caption, ", ".join(shows), rows.height)
+    missing = getattr(module, "missing", lambda _: "")
     if rows.is_empty():
         section.note = "Nothing to chart: no configuration of this view fits."
+    elif missing(rows):
+        section.note = missing(rows)
     elif rows.height >= reports.MAX_ROWS:  # never let altair truncate or choke: say so instead
         section.note = (f"{rows.height:,} rows are too many to chart (limit {reports.MAX_ROWS:,}); "
                         "narrow the sweep, or choose --method/--model/--gpu.")
@@ -106,15 +109,19 @@ def build_report(sweep_dir, method=None, model=None, gpu=None) -> Report:
     run = Runner(connect(sweep_dir))
     info = manifest(sweep_dir)
     spec_path = sweep_dir / "_spec.toml"
-    summary = run("summary").row(0, named=True)
-    picks = choose_picks(run, method, model, gpu) if summary["fit"] else None
-    sections = [build_section(m, run, picks) for m in reports.chart_modules()] if picks else []
+    try:
+        summary = run("summary").row(0, named=True)
+        picks = choose_picks(run, method, model, gpu) if summary["fit"] else None
+        sections = [build_section(m, run, picks) for m in reports.chart_modules()] if picks else []
+        said = findings(run, summary, info.get("total", summary["configurations"]), picks)
+    finally:
+        run.con.close()
     return Report(
         title=info.get("title") or "memsim sweep",
         spec_text=spec_path.read_text() if spec_path.exists() else "",
         created=info.get("created", "unknown"),
         generated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        findings=findings(run, summary, info.get("total", summary["configurations"]), picks),
+        findings=said,
         sections=sections,
     )
 
@@ -198,7 +205,7 @@ def bottleneck_finding(rows: pl.DataFrame) -> str:
     shares = rows.group_by("bottleneck").agg(pl.col("failing").sum()).with_columns(
         share=pl.col("failing") / pl.col("failing").sum()).sort(["failing", "bottleneck"], descending=[True, False])
     top = [f"{COMPONENT_WORDS.get(r['bottleneck'], r['bottleneck'])} ({r['share']:.0%})" for r in shares.head(3).iter_rows(named=True)]
-    return f"Where valid layouts do not fit, the largest component is most often {', then '.join(top)}."
+    return f"Across the sweep, where valid layouts do not fit, the largest component is most often {', then '.join(top)}."
 
 
 # --- the page ----------------------------------------------------------------------------------------------

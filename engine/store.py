@@ -98,7 +98,7 @@ def chunk_table(grid, start: int, out, digits, layout, keep) -> pa.Table:
         if isinstance(axis.labels[0], bool):
             columns[axis.name] = pa.array(np.array(axis.labels)[digits[k]])
         else:
-            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits[k].astype(np.int32)), pa.array(axis.labels))
+            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits[k]), pa.array(axis.labels))
     names = {a.name for a in grid.axes}
     if "dp" not in names:
         columns["dp"] = pa.array(layout[0])

@@ -5,6 +5,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,18 +42,23 @@ class KernelArgs:
         self.blocks = 8 * numba.get_num_threads()
         self.scratch = np.zeros(self.blocks, dtype=RECORD)
         self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
-        self.buffers = None
+        self.buffers = [None, None]
+        self.turn = 0
 
     def evaluate(self, start: int, count: int):
         """Outputs, axis digits and (dp, n_gpus) of configurations start .. start+count-1.
 
-        The arrays are reused by the next call (fresh pages for every chunk cost more than the kernel):
-        consume them first. They start at UNSET, so a column the kernel never writes shows."""
-        if self.buffers is None or self.buffers[0].shape[1] < count:
+        Two buffer sets alternate (fresh pages for every chunk cost more than the kernel): what a call returns
+        stays valid while the next call runs — the writer thread uses it then — and is overwritten by the one
+        after. Buffers start at UNSET, so a column the kernel never writes shows."""
+        self.turn ^= 1
+        buffers = self.buffers[self.turn]
+        if buffers is None or buffers[0].shape[1] < count:
             g = self.grid
-            self.buffers = (np.full((len(OUTPUTS), count), UNSET, dtype=np.int64),
-                            np.empty((len(g.axes), count), dtype=np.int64), np.empty((2, count), dtype=np.int64))
-        out, digits, layout = (b[:, :count] for b in self.buffers)
+            buffers = (np.full((len(OUTPUTS), count), UNSET, dtype=np.int64),
+                       np.empty((len(g.axes), count), dtype=np.int32), np.empty((2, count), dtype=np.int64))
+            self.buffers[self.turn] = buffers
+        out, digits, layout = (b[:, :count] for b in buffers)
         g = self.grid
         sweep_chunk(start, count, g.base, self.values, self.kind, self.radices, g.n_outer, g.model_rows,
                     MODEL_FIELD_IDS, g.gpu_rows, GPU_FIELD_IDS, g.dp_mode, self.scratch, self.words,
@@ -149,11 +155,55 @@ def check_disk(out_dir: Path, need: int, force: bool) -> None:
         )
 
 
+class ChunkWriter:
+    """Builds each chunk's Arrow table and writes it, on one background thread, while the kernel (which
+    releases the GIL) computes the next chunk; at most one chunk is in flight."""
+
+    def __init__(self, args, out_dir, shard, meta, compression, keep):
+        self.args, self.out_dir, self.shard, self.meta, self.compression, self.keep = args, out_dir, shard, meta, compression, keep
+        self.part = None
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.pending = None
+
+    def _write(self, start, out, digits, layout):
+        table = chunk_table(self.args.grid, start, out, digits, layout, self.keep(out))
+        if self.part is None:
+            self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression)
+        self.part.write(table)
+
+    def submit(self, start, out, digits, layout) -> None:
+        self.wait()
+        self.pending = self.pool.submit(self._write, start, out, digits, layout)
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()  # re-raises what the writer thread raised
+
+    def close(self, index_range, digest) -> int:
+        self.wait()
+        if self.part is None:  # an empty shard still publishes its (empty) part
+            empty = self.args.evaluate(index_range[0], 0)
+            self._write(index_range[0], *empty)
+        self.part.close(index_range, digest)
+        self.pool.shutdown()
+        return self.part.rows
+
+    def abort(self) -> None:
+        try:
+            self.wait()
+        except BaseException:  # the failure being handled is the one that matters
+            pass
+        self.pool.shutdown()
+        if self.part is not None:
+            self.part.abort()
+
+
 def stream(args, out_dir, index_range, shard, manifest, feasible_only, valid_only, compression, chunk_rows, progress):
     lo, hi = index_range
     keep = "feasible" if feasible_only else "valid" if valid_only else "all"  # which rows: memsim verify checks it
     meta = {**manifest, "shard": shard[0], "range": [lo, hi], "keep": keep, "spec": args.grid.spec.text}
-    writer = None
+    writer = ChunkWriter(args, out_dir, shard, meta, compression, lambda out: keep_mask(out, feasible_only, valid_only))
     counts, reasons = Counter(), Counter()
     bar = Progress(hi - lo, sys.stderr.isatty() if progress is None else progress)
     t0 = time.perf_counter()
@@ -162,25 +212,17 @@ def stream(args, out_dir, index_range, shard, manifest, feasible_only, valid_onl
             count = min(chunk_rows, hi - start)
             out, digits, layout = args.evaluate(start, count)
             counts["valid"] += int(out[VALID].sum())
-            counts["fits"] += int(((out[FITS] == 1) & (out[VALID] == 1)).sum())
+            counts["fits"] += int((out[FITS] == 1).sum())
             reasons.update(dict(enumerate(np.bincount(out[REASON], minlength=len(Invalid)))))
-            table = chunk_table(args.grid, start, out, digits, layout, keep_mask(out, feasible_only, valid_only))
-            if writer is None:
-                writer = PartWriter(out_dir, shard[0], shard[1], table.schema, meta, compression)
-            writer.write(table)
+            writer.submit(start, out, digits, layout)
             bar.update(start + count - lo)
-        if writer is None:  # an empty shard still publishes its (empty) part
-            out, digits, layout = args.evaluate(lo, 0) if hi > lo else (np.zeros((len(OUTPUTS), 0), np.int64), np.zeros((len(args.grid.axes), 0), np.int64), np.zeros((2, 0), np.int64))
-            table = chunk_table(args.grid, lo, out, digits, layout, None)
-            writer = PartWriter(out_dir, shard[0], shard[1], table.schema, meta, compression)
-        writer.close((lo, hi), manifest["spec_digest"])
+        rows = writer.close((lo, hi), manifest["spec_digest"])
     except BaseException:
-        if writer is not None:
-            writer.abort()
+        writer.abort()
         raise
     finally:
         bar.finish()
-    return SweepResult(out_dir, args.grid.total, hi - lo, writer.rows, counts["valid"], counts["fits"],
+    return SweepResult(out_dir, args.grid.total, hi - lo, rows, counts["valid"], counts["fits"],
                        time.perf_counter() - t0, Counter({Invalid(c): n for c, n in reasons.items() if n}))
 
 

@@ -2,10 +2,10 @@
 -- params:  $method  VARCHAR  training method (as queries name it), or NULL for any
 --          $model   VARCHAR  model to show, or NULL to pick the median-size one
 --          $gpu     VARCHAR  GPU type to show, or NULL to pick one
--- returns: at most one row: gpu, capacity_gib, model, n_params, min_gpus (fewest GPUs of that type that fit the
---          model), layout_gpus (the count, from min_gpus up, with the most distinct valid (zero_stage, tp,
---          checkpointing) settings: where they can be compared), models_that_fit (on that GPU type).
---          No row when nothing fits (or the model never fits the GPU).
+-- returns: one row (none when nothing fits, or $model never fits the GPU): gpu, capacity_gib, model, n_params,
+--          min_gpus (fewest GPUs of that type that fit the model), layout_gpus (the count, from min_gpus up, with the
+--          most distinct valid (zero_stage, tp, checkpointing) settings: where they can be compared),
+--          models_that_fit (on that GPU type)
 WITH fitting AS (
     SELECT model, gpu, n_gpus, capacity_bytes
     FROM sweep

@@ -2,7 +2,8 @@
 
 Each module opens with a title docstring and one sentence, then names its query (`QUERY`, a file in queries/),
 how the report fills the query's parameters (`PARAMS`: query parameter -> report pick), where it goes on the
-page (`POSITION`), and `chart(rows)`: a polars frame in, an altair chart out, with no SQL and no I/O.
+page (`POSITION`), and `chart(rows)`: a polars frame in, an altair chart out, with no SQL and no I/O. A module may
+also define `missing(rows) -> str`: why these rows make no chart worth drawing ("" when they do).
 engine/report.py runs the queries, checks row counts against MAX_ROWS and assembles the page.
 """
 

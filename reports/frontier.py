@@ -24,6 +24,13 @@ def ticks_125(lo: float, hi: float) -> list[float]:
     return out
 
 
+def missing(rows: pl.DataFrame) -> str:
+    """Why there is no frontier to draw, or "" when there is one."""
+    if rows["n_gpus"].n_unique() < 2:
+        return "The sweep has one GPU count, so there is no frontier to draw: see what fits where, above."
+    return ""
+
+
 def chart(rows: pl.DataFrame) -> alt.LayerChart:
     lo, hi = rows["n_params"].min(), rows["n_params"].max()
     base = alt.Chart(rows).encode(

@@ -1,7 +1,7 @@
 """
 What ZeRO, tensor parallelism and recompute buy
 -----------------------------------------------
-One model on one GPU type at its fewest GPUs: the lowest device peak (GiB, log scale) for each ZeRO stage, tensor-parallel degree and recompute setting, against the usable memory (dashed rule); filled points fit.
+One model on one GPU type, at the fewest GPUs where ZeRO stages and TP degrees can be compared: the lowest device peak (GiB, log scale) for each ZeRO stage, tensor-parallel degree and recompute setting, against the usable memory (dashed rule); filled points fit.
 """
 
 import altair as alt

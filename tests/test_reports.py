@@ -184,7 +184,7 @@ def test_page_is_self_contained(tiny_page):
     assert "window.vegaEmbed" in page  # the bundle is inlined
 
 
-def test_page_holds_title_spec_and_findings(tiny_page, sweep_spec):
+def test_page_holds_title_spec_and_findings(tiny_page):
     page = tiny_page.read_text()
     assert "<title>memsim test sweep: 3 models x 3 GPUs</title>" in page
     assert 'model = [&quot;llama-3.2-1b&quot;' in page and "<details>" in page
