@@ -26,5 +26,5 @@ def evaluate(cfg: np.ndarray) -> np.ndarray:
     """Every output for every record of `cfg` (engine.config.RECORD): int64, shape (len(OUTPUTS), len(cfg))."""
     out = np.full((len(OUTPUTS), len(cfg)), UNSET, dtype=np.int64)
     if len(cfg):
-        _fill(np.asarray(cfg), out)
+        _fill(np.asarray(cfg).view(np.recarray), out)  # recarray: attribute access without numba too
     return out

@@ -1,0 +1,109 @@
+"""The sweep end to end: Parquet that DuckDB and polars read back as `memsim estimate` computes the same
+configurations; a sweep that cannot complete leaves nothing that looks complete; bad specs are one line."""
+
+import errno
+import io
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from engine.estimate import estimate_table
+from engine.outputs import OUTPUTS
+from engine.sweep import run_sweep
+
+AXES = ["model", "gpu", "n_gpus", "tp", "pp", "zero_stage", "micro_batch", "seq_len", "checkpointing", "lora_rank", "attention"]
+
+
+def test_sweep_rows_equal_estimate_on_the_same_configurations(sweep_dir, sweep_frame):
+    sample = sweep_frame.filter(pl.col("index") % 37 == 0)
+    cases = sample.select(AXES).to_dicts()
+    est = pl.from_arrow(estimate_table(cases)).with_columns(pl.col(pl.Categorical).cast(pl.String))
+    for column in OUTPUTS:
+        assert sample[column].to_list() == est[column].to_list(), column
+    assert sample["dp"].to_list() == est["dp"].to_list()
+
+
+def test_duckdb_and_polars_read_the_same_rows(sweep_dir, sweep_frame):
+    con = duckdb.connect()
+    got = con.sql(f"SELECT index, device_peak_bytes, fits FROM read_parquet('{sweep_dir}/part-*.parquet') ORDER BY index").pl()
+    assert got["index"].to_list() == list(range(len(sweep_frame)))
+    assert got["device_peak_bytes"].to_list() == sweep_frame.sort("index")["device_peak_bytes"].to_list()
+
+
+def test_parquet_footer_carries_spec_and_versions(sweep_dir):
+    meta = pq.read_schema(next(sweep_dir.glob("part-*.parquet"))).metadata[b"memsim"].decode()
+    assert '"spec_digest"' in meta and '"catalog_version"' in meta and '"memsim_version"' in meta and "[axes]" in meta
+
+
+def spec_file(tmp_path, axes: str, extra: str = ""):
+    path = tmp_path / "spec.toml"
+    path.write_text(f"[axes]\n{axes}\n{extra}")
+    return path
+
+
+def test_disk_full_mid_run_leaves_no_part_file(tmp_path, monkeypatch, memsim):
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b"]\nmicro_batch = [1, 2, 3, 4]\nseq_len = [512, 1024]')
+    real = pq.ParquetWriter.write_table
+
+    def full(self, table, *a, **k):  # the disk fills up on the part file (the size estimate writes to memory)
+        if isinstance(getattr(self, "where", None), io.BytesIO):
+            return real(self, table, *a, **k)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    code, _, err = memsim("sweep", spec, "-o", tmp_path / "out", "--quiet")
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", real)
+    assert code == 2 and "No space left" in err and err.count("\n") == 1
+    assert not list((tmp_path / "out").glob("part-*")) and not list((tmp_path / "out").glob("_shards/*.json"))
+
+
+def test_interrupted_sweep_removes_its_half_written_file(tmp_path, monkeypatch):
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\nmicro_batch = [1, 2, 3, 4]\nseq_len = [512, 1024, 2048]')
+    import engine.sweep as sweep
+
+    calls = {"n": 0}
+    real = sweep.KernelArgs.evaluate
+
+    def interrupt(self, start, count):
+        calls["n"] += 1
+        if calls["n"] > 2:  # the sample chunk and one real chunk, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(self, start, count)
+
+    monkeypatch.setattr(sweep.KernelArgs, "evaluate", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "out", chunk_rows=4, progress=False, say=lambda *_: None)
+    leftovers = list((tmp_path / "out").glob("part-*")) + list((tmp_path / "out").glob("_shards/*.json"))
+    assert leftovers == []
+
+
+def test_refuses_a_sweep_larger_than_the_free_disk(tmp_path, monkeypatch, memsim):
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b"]\nseq_len = [512, 1024]')
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 10))
+    code, _, err = memsim("sweep", spec, "-o", tmp_path / "out")
+    assert code == 2 and "--force" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "axes, needle",
+    [
+        ('microbatch = [1, 2]', "unknown column 'microbatch'"),
+        ('precision = ["bf32"]', "unknown precision 'bf32' (accepted: fp32"),
+        ('seq_len = []', "axis 'seq_len' is empty"),
+        ('gpu = ["h100-sxm"]', "did you mean"),
+        ('d_model = [1024]', "is a model dimension"),
+    ],
+)
+def test_bad_spec_is_one_line_and_exit_2(tmp_path, memsim, axes, needle):
+    code, _, err = memsim("sweep", spec_file(tmp_path, axes), "-o", tmp_path / "out")
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_a_spec_with_no_valid_configuration_says_why(tmp_path, memsim):
+    spec = spec_file(tmp_path, 'model = ["llama-3.1-8b"]\nn_gpus = [3]\ntp = [2]')
+    code, out, err = memsim("sweep", spec, "-o", tmp_path / "out", "--quiet")
+    assert code == 2 and "no valid configuration" in err and "n_gpus is not dp * tp * pp * cp" in err
