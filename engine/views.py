@@ -39,9 +39,21 @@ def check_dataset(sweep_dir: Path) -> list[Path]:
     return parts
 
 
+# How the queries name a training method, e.g. "amp_bf16 adamw pytorch lora-r16 nf4": one definition for all.
+TRAINING_METHOD = """
+CREATE OR REPLACE MACRO training_method(precision, optimizer, framework, lora_rank, base_quant, offload) AS
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)
+"""
+
+
 def connect(sweep_dir: str | Path | None = None, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the catalog views, and the `sweep` view when a dataset is given."""
+    """A DuckDB connection with the catalog views, the `training_method` macro, and the `sweep` view when a
+    dataset is given."""
     con = con or duckdb.connect()
+    con.execute(TRAINING_METHOD)
     con.register("models_arrow", catalog.models_table().to_arrow())
     con.register("gpus_arrow", catalog.gpus_table().to_arrow())
     con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")

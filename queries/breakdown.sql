@@ -37,10 +37,7 @@ live AS (
 )
 SELECT
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu,
     c.n_gpus, c.tp, c.pp, c.zero_stage, c.checkpointing, c.micro_batch, c.seq_len, c.peak_phase,
     c.weight_bytes / 2^30                                                   AS weight_gib,

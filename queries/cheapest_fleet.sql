@@ -28,10 +28,7 @@ priced AS (
 )
 SELECT
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu,
     -- a window over the few aggregated rows, not over the sweep
     CASE WHEN fleet_usd_per_hour IS NOT NULL THEN

@@ -22,10 +22,7 @@ cells AS (
 SELECT
     gpu,
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     n_gpus,
     any_fits,
     fitting,

@@ -30,10 +30,7 @@ largest AS (
 SELECT
     gpu,
     n_gpus,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     best.model,
     best.n_params,
     best.layout.tp, best.layout.pp, best.layout.zero_stage, best.layout.checkpointing,

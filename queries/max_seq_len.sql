@@ -24,10 +24,7 @@ longest AS (
 )
 SELECT
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu, n_gpus, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch,
     max_seq_len,
     device_peak_bytes / 2^30                                                AS device_peak_gib,

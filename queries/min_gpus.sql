@@ -21,10 +21,7 @@ fewest AS (
 )
 SELECT
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu,
     best.n_gpus                                                             AS min_gpus,
     best.dp, best.tp, best.pp, best.cp, best.ep, best.sp, best.zero_stage, best.checkpointing,

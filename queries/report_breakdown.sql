@@ -9,10 +9,7 @@ WITH fitting AS (
     FROM sweep
     WHERE valid AND fits
       AND gpu = $gpu
-      AND ($method IS NULL OR $method = concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END))
+      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
 ),
 chosen AS (
     SELECT

@@ -12,10 +12,7 @@ WITH per_axes AS (
     GROUP BY ALL
 )
 SELECT
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     configurations,
     valid,
     fit,

@@ -10,10 +10,7 @@ WITH fitting AS (
     SELECT model, gpu, n_gpus, capacity_bytes
     FROM sweep
     WHERE valid AND fits
-      AND ($method IS NULL OR $method = concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END))
+      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
 ),
 per_gpu AS (
     SELECT
@@ -72,10 +69,8 @@ layout_choice AS (
     JOIN model_pick AS p ON s.model = p.model AND s.n_gpus >= p.min_gpus
     JOIN gpu_pick AS g ON s.gpu = g.gpu
     WHERE s.valid
-      AND ($method IS NULL OR $method = concat_ws(' ', s.precision, s.optimizer, s.framework,
-              CASE WHEN s.lora_rank > 0 THEN 'lora-r' || s.lora_rank END,
-              CASE WHEN s.base_quant <> 'none' THEN s.base_quant END,
-              CASE WHEN s.offload <> 'none' THEN 'offload-' || s.offload END))
+      AND ($method IS NULL OR $method = training_method(s.precision, s.optimizer, s.framework, s.lora_rank,
+                                                          s.base_quant, s.offload))
     GROUP BY s.n_gpus
     ORDER BY count(DISTINCT (s.zero_stage, s.tp, s.checkpointing)) DESC, s.n_gpus
     LIMIT 1

@@ -30,10 +30,7 @@ lowest AS (
 )
 SELECT
     model,
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)  AS method,
+    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu, zero_stage, tp, checkpointing,
     device_peak_bytes / 2^30                                                AS min_device_peak_gib,
     usable_bytes / 2^30                                                     AS usable_gib,

@@ -14,7 +14,7 @@ title = "memsim test sweep: 3 models x 3 GPUs"
 
 [axes]
 model = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b"]
-gpu = ["rtx-4090", "a100-sxm-80gb", "h100-sxm-80gb"]
+gpu = ["a10", "a100-sxm-80gb", "h100-sxm-80gb"]
 n_gpus = [1, 2, 4, 8]
 tp = [1, 2]
 pp = [1, 2]

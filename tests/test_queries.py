@@ -115,10 +115,10 @@ def test_min_gpus_layout_has_the_lowest_peak_at_that_count(sweep_con, sweep_fram
 
 
 def test_min_gpus_leaves_out_pairs_that_never_fit(sweep_con):
-    # qwen2.5-14b, full training, needs more than 8 x 24 GB: no row for it on the RTX 4090
+    # qwen2.5-14b, full training, needs more than 8 x 24 GB: no row for it on the A10
     got = run(sweep_con, "min_gpus", seq_len=4096)
     pairs = set(zip(got["model"], got["method"], got["gpu"]))
-    assert ("qwen2.5-14b", BASE_METHOD, "rtx-4090") not in pairs
+    assert ("qwen2.5-14b", BASE_METHOD, "a10") not in pairs
 
 
 def test_frontier_is_the_largest_fitting_model_per_gpu_and_count(sweep_con, sweep_frame):
@@ -146,9 +146,9 @@ def test_cheapest_fleet_ranks_gpus_by_fleet_price(sweep_con, sweep_frame):
 
 
 def test_cheapest_fleet_lists_unpriced_gpus_last_without_rank(sweep_con):
-    assert catalog.load_gpus()["rtx-4090"].get("usd_per_hour") is None  # the premise
+    assert catalog.load_gpus()["a10"].get("usd_per_hour") is None  # the premise
     got = run(sweep_con, "cheapest_fleet", model="llama-3.2-1b").filter(pl.col("method") == BASE_METHOD)
-    assert got["gpu"][-1] == "rtx-4090" and got["price_rank"][-1] is None and got["fleet_usd_per_hour"][-1] is None
+    assert got["gpu"][-1] == "a10" and got["price_rank"][-1] is None and got["fleet_usd_per_hour"][-1] is None
 
 
 def test_compare_gpus_max_micro_batch_is_taken_at_the_fewest_gpus(sweep_con, sweep_frame):
