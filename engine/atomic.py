@@ -4,6 +4,7 @@ A crash, a full disk or Ctrl-C leaves either the old file or the new one, never 
 """
 
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")  # unique on a shared filesystem
     try:
         write(tmp)
         os.replace(tmp, path)

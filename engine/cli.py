@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", type=int, metavar="N", help="print N shards' ranges and sizes and how to run them; sweeps nothing")
     p.add_argument("--engine", choices=["local", "ray"], default="local", help="ray: run the shards as Ray tasks (pip install 'memsim[ray]')")
     p.add_argument("--address", help="with --engine ray: the cluster (HOST:6379 or ray://HOST:10001); default: start Ray here")
-    p.add_argument("--shards", type=int, metavar="N", help="with --engine ray: number of shards (default: the cluster's CPUs)")
+    p.add_argument("--shards", type=int, metavar="N", help="with --engine ray: number of shards (default: an existing dataset's, else the cluster's CPUs / 2)")
     p.add_argument("--feasible-only", action="store_true", help="write only valid rows that fit")
     p.add_argument("--valid-only", action="store_true", help="write only valid layouts")
     p.add_argument("--force", action="store_true", help="write even if the disk looks too small, or replace another sweep in DIR")

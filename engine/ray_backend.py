@@ -2,9 +2,10 @@
 
 Each task runs engine.shards.sweep_shard for its shard, the code path `memsim sweep --shard K/N` runs, so a
 Ray-made dataset is the same files a Slurm array makes and `memsim verify` checks both. The driver prepares
-the dataset once, submits N tasks (one CPU each, numba set to that CPU), retries a task whose worker dies or
-whose write fails (`max_retries`), and prints a line per finished shard. The output is a local path (a
-shared filesystem when the cluster has several machines) or an object-store URI (pyarrow.fs).
+the dataset once, submits N tasks (two CPUs each: the numba kernel and the Parquet writer thread), retries a
+task whose worker dies or whose write fails with an OSError (`max_retries`), and prints a line per finished
+shard. The output is a local path (a shared filesystem when the cluster has several machines) or an
+object-store URI (pyarrow.fs).
 
 Workers import engine from this repository: on a local cluster through PYTHONPATH, on a remote one by
 shipping the repository (code, data/, queries/) as the job's runtime_env working_dir.
@@ -26,6 +27,7 @@ from engine.store import MANIFEST, prepare_dataset
 
 INSTALL = "the Ray engine needs ray: pip install 'memsim[ray]' (or pip install 'ray>=2.9')"
 CONNECT_TIMEOUT_S = 5  # per TCP probe and per GCS connection attempt
+CPUS_PER_SHARD = 2  # a shard keeps two cores busy: the numba kernel and the Parquet writer thread (engine/sweep.py)
 SHIP_EXCLUDES = [".git", "**/__pycache__", ".venv", "out", "build", "*.parquet", ".pytest_cache", ".hypothesis"]
 
 
@@ -92,8 +94,8 @@ def sweep_task(spec_text: str, out: str, shard: tuple[int, int], options: dict, 
     import numba
     import ray
 
-    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)) or 1
-    numba.set_num_threads(max(1, min(cpus, numba.config.NUMBA_NUM_THREADS)))
+    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+    numba.set_num_threads(max(1, min(cpus - 1, numba.config.NUMBA_NUM_THREADS)))  # one CPU is the writer's
     if before is not None:
         before(shard)
     with tempfile.TemporaryDirectory(prefix="memsim-spec-") as tmp:
@@ -104,12 +106,18 @@ def sweep_task(spec_text: str, out: str, shard: tuple[int, int], options: dict, 
                 seconds=r.seconds, node=ray.get_runtime_context().get_node_id()[:8])
 
 
+def cpus_per_shard(ray) -> int:
+    """CPUS_PER_SHARD, or fewer when no node has that many (a task asking for more would never run)."""
+    largest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=1)
+    return int(max(1, min(CPUS_PER_SHARD, largest)))
+
+
 def default_shards(ray, fs, base: str) -> int:
-    """An existing dataset's shard count (so a second run completes it), else one shard per cluster CPU."""
+    """An existing dataset's shard count (so a second run completes it), else one shard per CPUS_PER_SHARD."""
     old = read_json(fs, f"{base}/{MANIFEST}")
     if old and old.get("n_shards"):
         return int(old["n_shards"])
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+    return max(1, int(ray.cluster_resources().get("CPU", 1)) // CPUS_PER_SHARD)
 
 
 def run_ray(spec_path, out, n_shards=None, address=None, force=False, feasible_only=None, valid_only=None,
@@ -142,7 +150,7 @@ def run_ray(spec_path, out, n_shards=None, address=None, force=False, feasible_o
 def gather(ray, spec, grid, out: str, n: int, options: dict, max_retries: int, before, say) -> RaySweepResult:
     runtime_env = None if ray.get_runtime_context().runtime_env.get("working_dir") else \
         {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(engine.REPO_ROOT), os.environ.get("PYTHONPATH")]))}}
-    task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=[OSError])(sweep_task)
+    task = ray.remote(num_cpus=cpus_per_shard(ray), max_retries=max_retries, retry_exceptions=[OSError])(sweep_task)
     if runtime_env:
         task = task.options(runtime_env=runtime_env)
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ Verification reads Parquet footers and streams the `index` column batch by batch
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from engine.sweep import KernelArgs, expected_bytes, run_sweep, shard_range
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
 MARKER = re.compile(r"(\d{5})-of-(\d{5})\.json$")
 PLAN_SAMPLES = 32  # shards whose output is sampled by --plan; the others take the nearest sample's bytes/row
+VERIFY_THREADS = 8  # part files checked at once
 KEEP_FLAGS = {"all": "", "valid": " --valid-only", "feasible": " --feasible-only"}
 
 
@@ -273,7 +275,9 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
     try:
         marker = read_json(fs, marker_file)
     except (OSError, ValueError) as err:
-        return say(f"its completion marker is unreadable ({err})")
+        marker = err
+    if not isinstance(marker, dict):
+        return say(f"its completion marker is unreadable ({marker})")
     if marker.get("range") != [lo, hi]:
         say(f"its marker records range {marker.get('range')}, the manifest gives [{lo}, {hi})")
     if marker.get("spec_digest") != digest:
@@ -298,7 +302,10 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
 def verify_dataset(uri: str | Path) -> Verification:
     """Check a dataset against its manifest; see the module docstring for what is checked."""
     fs, base = filesystem(uri)
-    manifest = read_json(fs, f"{base}/{MANIFEST}")
+    try:
+        manifest = read_json(fs, f"{base}/{MANIFEST}")
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read {uri}/{MANIFEST}: {err}") from None
     if manifest is None:
         raise UserError(f"{uri} is not a memsim sweep dataset (no {MANIFEST}); run `memsim sweep SPEC -o {uri}` first")
     total, n, digest = int(manifest["total"]), int(manifest["n_shards"]), manifest["spec_digest"]
@@ -317,6 +324,7 @@ def verify_dataset(uri: str | Path) -> Verification:
         m = MARKER.match(name)
         if not (m and int(m[2]) == n and int(m[1]) < n):
             stray.append(f"_shards/{name}: not a marker of this {n}-shard dataset; delete it")
+    complete = []
     for check in shards:
         name, mname = part_name(check.shard, n), marker_path(Path(""), check.shard, n).name
         if check.shard in halves:
@@ -328,7 +336,9 @@ def verify_dataset(uri: str | Path) -> Verification:
         elif mname not in markers:
             check.problems.append(f"{name} has no completion marker (the shard stopped before recording it)")
         else:
-            check_part(fs, f"{base}/{name}", f"{base}/_shards/{mname}", check, digest)
+            complete.append((f"{base}/{name}", f"{base}/_shards/{mname}", check))
+    with ThreadPoolExecutor(max_workers=VERIFY_THREADS) as pool:  # Arrow decodes without the GIL; S3 has latency
+        list(pool.map(lambda job: check_part(fs, *job, digest), complete))
     keeps = {c.keep for c in shards if c.keep}
     if len(keeps) > 1:
         stray.append(f"shards keep different rows ({', '.join(sorted(keeps))}): re-run the odd ones with the same flags")

@@ -141,6 +141,7 @@ def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None,
     say(f"{hi - lo:,} configurations (shard {k}/{n_shards} of {grid.total:,}), ~{need / 2**20:,.1f} MiB expected")
     check_disk(out_dir, need, force)
     manifest = prepare_dataset(out_dir, grid, n_shards, force)
+    chunk_rows = int(spec.output.get("rows_per_chunk", chunk_rows))
     return stream(args, out_dir, (lo, hi), (k, n_shards), manifest, feasible_only, valid_only,
                   compression, chunk_rows, progress)
 

@@ -148,6 +148,13 @@ def test_staged_publishing_gives_the_rows_of_one_process(spec, whole, tmp_path):
     assert_frame_equal(sweep_rows(tmp_path / "staged"), sweep_rows(whole))
 
 
+def test_the_local_engine_writes_to_a_file_uri(memsim, spec, whole, tmp_path):
+    for k in range(2):
+        assert memsim("sweep", spec, "--shard", f"{k}/2", "-o", f"file://{tmp_path}/uri", "--quiet")[0] == 0
+    assert memsim("verify", tmp_path / "uri")[0] == 0
+    assert_frame_equal(sweep_rows(tmp_path / "uri"), sweep_rows(whole))
+
+
 def test_feasible_only_shards_verify_as_a_subset(spec, whole, tmp_path):
     sweep_by_hand(spec, tmp_path / "feasible", feasible_only=True)
     v = verify_dataset(tmp_path / "feasible")
