@@ -72,6 +72,7 @@ METHOD_FIELDS = [
     Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized"),
     Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
     Field("paged", "bool", False, "paged optimizer (bitsandbytes): states may spill to host"),
+    Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)"),
 ]
 
 LAYOUT_FIELDS = [
@@ -129,7 +130,7 @@ DERIVED_FIELDS = [
     "rank_head_per_token",
 ]
 
-_FLOATS = {"dropout", "headroom"}
+_FLOATS = {"dropout", "headroom", "capacity_factor"}
 RECORD_FIELDS = ["model_id", "gpu_id"] + [f.name for f in INPUT_FIELDS[2:]] + GPU_ATTRIBUTES + DERIVED_FIELDS
 RECORD = np.dtype([(n, np.float64 if n in _FLOATS else np.int64) for n in RECORD_FIELDS])
 

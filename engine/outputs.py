@@ -11,7 +11,7 @@ from engine.formulas import formula
 from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
 from engine.formulas.params import has_dims
 from engine.formulas.derived import derive
-from engine.formulas.peak import bottleneck, invalid_reason, peak, usable_bytes
+from engine.formulas.peak import bottleneck, host_fits, invalid_reason, peak, usable_bytes
 from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 
 NULL = -1
@@ -66,7 +66,7 @@ def row_of_derived(c):
     reserved = allocated + allocator_slack_bytes(act + temp)
     device = reserved + overhead
     return (weights, grads, optim, act, temp, allocated, reserved, overhead, device, phase,
-            c.capacity_bytes, int(device <= usable_bytes(c)), bottleneck(c, at_peak, overhead), host,
+            c.capacity_bytes, int(device <= usable_bytes(c) and host_fits(c)), bottleneck(c, at_peak, overhead), host,
             1, reason, grads if grads_live else 0, allocated - weights - act - temp - (grads if grads_live else 0))
 
 
@@ -139,7 +139,7 @@ def fits(c):
         return 0
     if not has_dims(c):
         return NULL
-    return int(device_peak_bytes(c) <= usable_bytes(c))
+    return int(device_peak_bytes(c) <= usable_bytes(c) and host_fits(c))
 
 
 @formula

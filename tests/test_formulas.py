@@ -125,3 +125,18 @@ def test_offload_moves_bytes_to_the_host_without_losing_any():
 def test_peak_phase_is_optimizer_for_tiny_activations():
     c = config(model="llama-3.1-8b", seq_len=16, micro_batch=1)
     assert peak(c)[1] == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states
+
+
+def test_moe_capacity_factor_scales_the_routed_expert_activations():
+    # Switch eq. 3: buffers sized to capacity_factor x the average load; the attention part does not change.
+    kw = dict(model="mixtral-8x7b", n_gpus=8, ep=8, seq_len=1024)
+    base, double = (layer_activation_bytes(config(**kw, capacity_factor=cf), True) for cf in (1.0, 2.0))
+    dense = layer_activation_bytes(config(**kw, capacity_factor=1.0), False)
+    assert double > base > dense
+
+
+def test_offloaded_states_must_fit_the_hosts_ram():
+    kw = dict(model="llama-3.1-70b", gpu="h100-sxm-80gb", n_gpus=8, zero_stage=3, offload="optimizer",
+              checkpointing="full", framework="deepspeed")
+    assert row(config(**kw))[11] == 1  # fits: a DGX H100 has 2 TiB of RAM for 8 GPUs
+    assert row(config(**kw, host_ram_bytes=2**30))[11] == 0  # 1 GiB of host RAM per GPU cannot hold the states

@@ -36,7 +36,7 @@ def random_case(rng) -> dict:
         n_gpus=pick([8, 16, 64, 128]), zero_stage=pick([0, 1, 2, 3]), sp=pick([True, False]),
         vpp=pick([1, 2]), seq_len=pick([128, 1024, 4096, 32768]), micro_batch=pick([1, 2, 8]),
         grad_accum=pick([1, 4, 16]), lora_rank=pick([0, 0, 8, 64]), dropout=pick([0.0, 0.1]),
-        headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]),
+        headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]), capacity_factor=pick([1.0, 1.25, 2.0]),
     )
     return case
 

@@ -179,12 +179,15 @@ def moe_bytes_per_token(c):
     """A MoE block per token: fp32 router logits and probs, k routed copies of the token, expert intermediates.
 
     Each token visits top_k experts (Switch, arXiv:2101.03961 sec. 2.1; Mixtral arXiv:2401.04088 sec. 2):
-    on average s*b*k expert-tokens reach the experts of one EP group; the shared experts see every token.
+    on average s*b*k expert-tokens reach the experts of one EP group; the most loaded rank's experts take up
+    to capacity_factor times the average (Switch eq. 3: capacity = tokens * k / E * capacity_factor, the
+    buffers sized to it). The shared experts see every token.
     """
     e, k = compute_bytes(c), c.top_k
+    load = int(c.capacity_factor * 1000 + 0.5)  # in thousandths, so the byte count stays an integer
     router = 2 * 4 * c.n_experts
-    dispatch = e * k * c.d_model
-    routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k, 1)
+    dispatch = ceil_div(e * k * c.d_model * load, 1000)
+    routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k * load, 1000)
     shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
     return router + dispatch + routed + shared
 

@@ -116,6 +116,13 @@ def usable_bytes(c):
 
 
 @formula
+def host_fits(c):
+    """Offloaded states fit the host's RAM share of this GPU (gpus.toml host_ram_bytes_per_node / gpus_per_node);
+    unknown host RAM (0) is not a constraint."""
+    return c.host_ram_bytes == 0 or c.rank_host_bytes <= c.host_ram_bytes
+
+
+@formula
 def bottleneck(c, at_peak, overhead):
     """The largest component at the peak (a Component code): weights, grads, optimizer, activations,
     temporaries with the allocator's slack, or the overhead beside the tensors."""
