@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.config import RECORD  # noqa: E402
-from engine.grid import build_grid, parse_spec  # noqa: E402
+from engine.grid import build_grid, decode, parse_spec  # noqa: E402
 from engine.outputs import row  # noqa: E402
 from engine.sweep import KernelArgs  # noqa: E402
 
@@ -60,31 +60,12 @@ def python_rate(axes: dict, n: int = 2000) -> float:
     args = KernelArgs(grid)
     args.evaluate(0, n)
     records = np.zeros(n, dtype=RECORD).view(np.recarray)
-    for i in range(n):  # decode exactly as the kernel did: let the kernel's scratch tell us nothing; redo it
+    for i in range(n):
         records[i] = decode(grid, i)
     t0 = time.perf_counter()
     for i in range(n):
         row(records[i])
     return n / (time.perf_counter() - t0)
-
-
-def decode(grid, index: int):
-    from engine.formulas.derived import derive_layout
-    from engine.grid import GPU_FIELD_IDS, MODEL_FIELD_IDS
-
-    words = grid.base.copy()
-    for axis, radix in zip(reversed(grid.axes), reversed(grid.radices)):
-        digit = index % radix
-        index //= radix
-        if axis.name == "model":
-            words[MODEL_FIELD_IDS] = grid.model_rows[axis.values[digit], MODEL_FIELD_IDS]
-        elif axis.name == "gpu":
-            words[GPU_FIELD_IDS] = grid.gpu_rows[axis.values[digit], GPU_FIELD_IDS]
-        else:
-            words[RECORD.names.index(axis.name)] = axis.values[digit]
-    rec = words.view(RECORD).view(np.recarray)[0]
-    derive_layout(rec, grid.dp_mode)
-    return rec
 
 
 def numpy_rate(axes: dict, n: int = 1_000_000) -> float:

@@ -178,3 +178,23 @@ def build_grid(spec: Spec) -> Grid:
 MODEL_FIELD_IDS = np.array([FIELD_INDEX[n] for n in MODEL_FIELD_NAMES] + [FIELD_INDEX["dropout"]], dtype=np.int64)
 GPU_FIELD_IDS = np.array([FIELD_INDEX[n] for n in ("capacity_bytes", "cuda_context_bytes", "cublas_workspace_bytes",
                                                     "nccl_buffer_bytes", "host_ram_bytes")], dtype=np.int64)
+
+
+def decode(grid: Grid, index: int) -> np.recarray:
+    """Configuration `index` of a grid, decoded the slow, obvious way (mixed radix, last axis fastest): the
+    plain-Python reference of the kernel's odometer (tests/test_kernel.py, benchmarks/bench_sweep.py)."""
+    from engine.formulas.derived import derive_layout
+
+    words = grid.base.copy()
+    for axis, radix in zip(reversed(grid.axes), reversed(grid.radices)):
+        digit = index % radix
+        index //= radix
+        if axis.name == "model":
+            words[MODEL_FIELD_IDS] = grid.model_rows[axis.values[digit], MODEL_FIELD_IDS]
+        elif axis.name == "gpu":
+            words[GPU_FIELD_IDS] = grid.gpu_rows[axis.values[digit], GPU_FIELD_IDS]
+        else:
+            words[FIELD_INDEX[axis.name]] = axis.values[digit]
+    rec = words.view(RECORD).view(np.recarray)[0]
+    derive_layout(rec, grid.dp_mode)
+    return rec

@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 
 from engine import catalog
-from engine.config import RECORD
-from engine.grid import GPU_FIELD_IDS, MODEL_FIELD_IDS, build_grid, parse_spec
+from engine.grid import build_grid, decode, parse_spec
 from engine.kernel import UNSET, evaluate
 from engine.outputs import COLUMN_FORMULAS, OUTPUTS, row
-from engine.formulas.derived import derive, derive_layout
+from engine.formulas.derived import derive
 from engine.resolve import resolve_cases
 from engine.sweep import KernelArgs
 from tests.support import reference
@@ -63,25 +62,6 @@ def test_estimate_kernel_equals_reference_on_random_configurations(seed):
         np.testing.assert_array_equal(got[k], want[k], err_msg=name)
 
 
-def python_decode(grid, index: int) -> np.recarray:
-    """Configuration `index` of a grid, decoded the slow, obvious way (mixed radix, last axis fastest)."""
-    words = grid.base.copy()
-    digits = []
-    for radix in reversed(grid.radices):
-        digits.append(index % radix)
-        index //= radix
-    for axis, digit in zip(grid.axes, reversed(digits)):
-        if axis.name == "model":
-            words[MODEL_FIELD_IDS] = grid.model_rows[axis.values[digit], MODEL_FIELD_IDS]
-        elif axis.name == "gpu":
-            words[GPU_FIELD_IDS] = grid.gpu_rows[axis.values[digit], GPU_FIELD_IDS]
-        else:
-            words[RECORD.names.index(axis.name)] = axis.values[digit]
-    rec = words.view(RECORD).view(np.recarray)[0]
-    derive_layout(rec, grid.dp_mode)
-    return rec
-
-
 @pytest.mark.parametrize("seed", range(2))
 def test_sweep_kernel_equals_reference_on_random_grids(seed):
     rng = np.random.default_rng(100 + seed)
@@ -99,6 +79,6 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed):
     out, digits, layout = args.evaluate(start, count)
     assert not (out == UNSET).any()
     for i in rng.choice(count, 400, replace=False):
-        rec = python_decode(grid, start + i)
+        rec = decode(grid, start + i)
         assert tuple(out[:, i]) == tuple(int(v) for v in row(rec)), f"index {start + i}"
         assert (layout[0, i], layout[1, i]) == (rec.dp, rec.n_gpus)

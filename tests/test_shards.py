@@ -279,7 +279,7 @@ def test_plan_prints_ranges_sizes_and_a_slurm_array(memsim, spec, four):
         lo, hi = shard_range(TOTAL, k, 4)
         assert f"{k}/4" in out and f"[{lo:,}, {hi:,})" in out
     assert "#SBATCH --array=0-3" in out
-    assert f"--shard ${{SLURM_ARRAY_TASK_ID}}/4 -o DIR" in out
+    assert "--shard ${SLURM_ARRAY_TASK_ID}/4 -o DIR" in out
 
 
 def test_plan_expects_about_the_bytes_a_sweep_writes(spec, four):
