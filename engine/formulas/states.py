@@ -88,7 +88,7 @@ def moment_bytes_per_param(c):
 
     Adam/AdamW m and v; SGD with momentum and Lion (arXiv:2302.06675 Alg. 1) one buffer; 8-bit Adam
     (bitsandbytes, arXiv:2110.02861 sec. 2) 1 byte per moment + one fp32 absmax per 256-block:
-    2 * (1 + 4/256) = 2.03125, rounded here to 65/32 by integer arithmetic in optimizer_bytes.
+    2 * (1 + 4/256) = 2.03125 bytes, counted block by block in eight_bit_bytes.
     Adafactor's factored moment is counted separately (adafactor_state_elements).
     """
     o = c.optimizer
@@ -195,11 +195,6 @@ def device_weight_bytes(c):
     if frozen(c):
         total += frozen_base_bytes(c)
     return 0 if offloads_weights(c) else total
-
-
-@formula
-def grad_bytes_unsharded(c):
-    return grad_bytes_per_param(c) * trainable_params_per_gpu(c)
 
 
 @formula
