@@ -128,6 +128,7 @@ DERIVED_FIELDS = [
     "rank_moe_split_per_token",
     "rank_scores_per_key",
     "rank_head_per_token",
+    "rank_layout_reason",
 ]
 
 _FLOATS = {"dropout", "headroom", "capacity_factor"}

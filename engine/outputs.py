@@ -11,7 +11,7 @@ from engine.formulas import formula
 from engine.formulas.overhead import allocator_slack_bytes, overhead_bytes
 from engine.formulas.params import has_dims
 from engine.formulas.derived import derive
-from engine.formulas.peak import bottleneck, host_fits, invalid_reason, peak, usable_bytes
+from engine.formulas.peak import bottleneck, host_fits, invalid_reason, peak, sequence_reason, usable_bytes
 from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 
 NULL = -1
@@ -56,7 +56,7 @@ def row_of_derived(c):
 
     A layout that cannot run keeps its model states and reason; what needs the layout to run is NULL."""
     weights, grads, optim = c.rank_weight_bytes, c.rank_grad_bytes, c.rank_optimizer_bytes
-    reason = invalid_reason(c).value
+    reason = c.rank_layout_reason if c.rank_layout_reason != 0 else sequence_reason(c).value
     overhead, host = overhead_bytes(c), c.rank_host_bytes
     if not has_dims(c) or reason != 0:
         return (weights, grads, optim, NULL, NULL, NULL, NULL, overhead, NULL, NULL, c.capacity_bytes,

@@ -248,7 +248,8 @@ def stage_layer_activation_bytes(c):
     lps = layers_per_stage(c)
     moe_layers = min(lps, n_moe_layers(c))
     per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, False)
-    per_microbatch += moe_layers * layer_activation_bytes(c, True)
+    if moe_layers > 0:
+        per_microbatch += moe_layers * layer_activation_bytes(c, True)
     num, den = in_flight_layer_factor(c)
     return ceil_div(per_microbatch * num, den)
 

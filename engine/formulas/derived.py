@@ -13,6 +13,7 @@ from engine.formulas.activations import (
     stream_bytes,
 )
 from engine.formulas.common import formula
+from engine.formulas.peak import layout_reason
 from engine.formulas.params import block_params_per_gpu, n_moe_layers, params_per_gpu, trainable_params_per_gpu
 from engine.formulas.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 from engine.formulas.temporaries import (
@@ -61,3 +62,4 @@ def derive(c):
     c.rank_moe_split_per_token = split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0
     c.rank_scores_per_key = scores_bytes_per_key(c)
     c.rank_head_per_token = head_bytes_per_token(c)
+    c.rank_layout_reason = layout_reason(c).value

@@ -145,6 +145,13 @@ def bottleneck(c, at_peak, overhead):
 @formula
 def invalid_reason(c):
     """0 when the layout can run, else the Invalid code of the first rule it breaks."""
+    reason = layout_reason(c)
+    return reason if reason != Invalid.OK else sequence_reason(c)
+
+
+@formula
+def layout_reason(c):
+    """The rules the sequence length plays no part in (derive() keeps the result: rank_layout_reason)."""
     if c.n_gpus != c.dp * c.tp * c.pp * c.cp:
         return Invalid.GPUS_LAYOUT
     if c.vpp > 1 and (c.pp_schedule != PPSchedule.INTERLEAVED or c.pp == 1):
@@ -157,13 +164,19 @@ def invalid_reason(c):
         return Invalid.OFFLOAD_ZERO
     if c.zero_stage > 0 and c.dp * c.cp == 1 and c.offload == Offload.NONE:
         return Invalid.ZERO_ONE_REPLICA
+    if not has_dims(c):
+        return Invalid.OK if c.tp == 1 and c.pp == 1 else Invalid.NO_DIMS
+    return model_layout_reason(c)
+
+
+@formula
+def sequence_reason(c):
+    """Rules on the sequence length: SP splits it over tp, load-balanced ring attention into 2 * cp chunks."""
     if c.sp and c.seq_len % c.tp != 0:
         return Invalid.SP_SEQ
     if c.cp > 1 and c.seq_len % (2 * c.cp) != 0:
         return Invalid.CP_SEQ
-    if not has_dims(c):
-        return Invalid.OK if c.tp == 1 and c.pp == 1 else Invalid.NO_DIMS
-    return model_layout_reason(c)
+    return Invalid.OK
 
 
 @formula
