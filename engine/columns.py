@@ -44,8 +44,13 @@ def output_column(name: str, values: np.ndarray) -> pa.Array:
     return pa.array(values, mask=mask)
 
 
-def output_columns(out: np.ndarray) -> dict[str, pa.Array]:
-    return {name: output_column(name, out[k]) for k, name in enumerate(OUTPUTS)}
+# `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
+# component (about half the bytes and twice the rows per second; breakdown-style queries need full rows).
+COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "fits", "bottleneck", "valid", "invalid_reason"]
+
+
+def output_columns(out: np.ndarray, names: list[str] = OUTPUTS) -> dict[str, pa.Array]:
+    return {name: output_column(name, out[OUTPUTS.index(name)]) for name in names}
 
 
 def labels_column(ids: np.ndarray, labels: list[str]) -> pa.Array:

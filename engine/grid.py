@@ -24,7 +24,7 @@ from engine.resolve import MODEL_FIELD_NAMES, check_columns, gpu_attributes, mod
 INNER_AXES = {"gpu", "seq_len", "micro_batch", "grad_accum", "headroom"}
 FIELD_INDEX = {name: i for i, name in enumerate(RECORD.names)}
 SPEC_TABLES = {"axes", "output", "filters"}
-OUTPUT_OPTIONS = {"feasible_only", "valid_only", "rows_per_chunk", "compression"}
+OUTPUT_OPTIONS = {"feasible_only", "valid_only", "rows_per_chunk", "compression", "compact"}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ section gets `data-rendered="ok"` (or `"error"`) once vega-embed is done, so a h
 import html
 import json
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,8 +83,11 @@ def choose_picks(run: Runner, method=None, model=None, gpu=None) -> dict | None:
     return {"method": method, **picks.row(0, named=True), "n_methods": methods.height}
 
 
-def build_section(module, run: Runner, picks: dict) -> Section:
+def build_section(module, run: Runner, picks: dict, compact: bool = False) -> Section:
     title, caption = reports.heading(module)
+    if compact and getattr(module, "NEEDS_FULL_ROWS", False):
+        note = "This sweep keeps compact rows ([output] compact = true): the memory components are not in it."
+        return Section(reports.short_name(module), title, caption, "", 0, note=note)
     params = {name: picks[pick] for name, pick in module.PARAMS.items()}
     rows = of_method(run(module.QUERY, **params), picks["method"])
     shows = [f"{PICK_WORDS[pick]} {picks[pick]}" for pick in module.PARAMS.values() if pick != "method"]
@@ -112,7 +116,9 @@ def build_report(sweep_dir, method=None, model=None, gpu=None) -> Report:
     try:
         summary = run("summary").row(0, named=True)
         picks = choose_picks(run, method, model, gpu) if summary["fit"] else None
-        sections = [build_section(m, run, picks) for m in reports.chart_modules()] if picks else []
+        spec = tomllib.loads(spec_path.read_text()) if spec_path.exists() else {}
+        compact = bool(spec.get("output", {}).get("compact", False))
+        sections = [build_section(m, run, picks, compact) for m in reports.chart_modules()] if picks else []
         said = findings(run, summary, info.get("total", summary["configurations"]), picks)
     finally:
         run.con.close()

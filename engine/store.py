@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import engine
 from engine import catalog
 from engine.atomic import write_text_atomic
-from engine.columns import output_columns
+from engine.columns import COMPACT_OUTPUTS, output_columns
+from engine.outputs import OUTPUTS
 from engine.errors import UserError
 
 MANIFEST = "_memsim.json"
@@ -88,7 +89,8 @@ def clear_dataset(out_dir: Path) -> None:
 
 
 def chunk_table(grid, start: int, out, digits, layout, keep) -> pa.Table:
-    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, outputs."""
+    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
+    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
     idx = np.arange(start, start + out.shape[1], dtype=np.int64)
     if keep is not None:
         idx, out, digits, layout = idx[keep], out[:, keep], digits[:, keep], layout[:, keep]
@@ -103,7 +105,7 @@ def chunk_table(grid, start: int, out, digits, layout, keep) -> pa.Table:
         columns["dp"] = pa.array(layout[0])
     if "n_gpus" not in names:
         columns["n_gpus"] = pa.array(layout[1])
-    columns.update(output_columns(out))
+    columns.update(output_columns(out, COMPACT_OUTPUTS if grid.spec.output.get("compact") else OUTPUTS))
     return pa.table(columns)
 
 

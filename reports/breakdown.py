@@ -9,6 +9,7 @@ import polars as pl
 
 POSITION = 4
 QUERY = "report_breakdown"
+NEEDS_FULL_ROWS = True  # the seven components: not in a sweep written with [output] compact = true
 PARAMS = {"method": "method", "gpu": "gpu"}
 
 # column -> legend label, in stacking order: model states, then what the step adds, then what PyTorch adds

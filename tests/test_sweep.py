@@ -107,3 +107,16 @@ def test_a_spec_with_no_valid_configuration_says_why(tmp_path, memsim):
     spec = spec_file(tmp_path, 'model = ["llama-3.1-8b"]\nn_gpus = [3]\ntp = [2]')
     code, out, err = memsim("sweep", spec, "-o", tmp_path / "out", "--quiet")
     assert code == 2 and "no valid configuration" in err and "n_gpus is not dp * tp * pp * cp" in err
+
+
+def test_compact_rows_keep_what_feasibility_questions_need(tmp_path, memsim):
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\ngpu = ["a100-sxm-80gb", "l4"]\nn_gpus = [1, 2, 4]\nzero_stage = [0, 3]\nmicro_batch = [1, 4]',
+                     "[output]\ncompact = true\n")
+    assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
+    columns = set(pl.read_parquet(tmp_path / "c" / "part-*.parquet").columns)
+    assert {"device_peak_bytes", "capacity_bytes", "fits", "valid", "bottleneck"} <= columns
+    assert "weight_bytes" not in columns and "activation_bytes" not in columns
+    code, out, _ = memsim("query", "min_gpus", "--sweep", tmp_path / "c", "--format", "csv")
+    assert code == 0 and "llama-3.1-8b" in out
+    code, out, _ = memsim("report", "--sweep", tmp_path / "c", "-o", tmp_path / "r.html")
+    assert code == 0 and "compact rows" in (tmp_path / "r.html").read_text()
