@@ -51,8 +51,3 @@ COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "fits", 
 
 def output_columns(out: np.ndarray, names: list[str] = OUTPUTS) -> dict[str, pa.Array]:
     return {name: output_column(name, out[OUTPUTS.index(name)]) for name in names}
-
-
-def labels_column(ids: np.ndarray, labels: list[str]) -> pa.Array:
-    """Model or GPU names from row ids into the label list."""
-    return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), pa.array(labels, pa.string()))

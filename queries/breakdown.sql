@@ -18,8 +18,9 @@ chosen AS (
     SELECT
         model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
         arg_min({'n_gpus': n_gpus, 'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
-                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase, 'paged': paged,
-                 'weight_bytes': weight_bytes, 'optimizer_bytes': optimizer_bytes,
+                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase,
+                 'weight_bytes': weight_bytes, 'peak_grad_bytes': peak_grad_bytes,
+                 'peak_optimizer_bytes': peak_optimizer_bytes,
                  'activation_bytes': activation_bytes, 'temp_bytes': temp_bytes,
                  'allocated_peak_bytes': allocated_peak_bytes, 'reserved_peak_bytes': reserved_peak_bytes,
                  'overhead_bytes': overhead_bytes, 'device_peak_bytes': device_peak_bytes,
@@ -27,13 +28,6 @@ chosen AS (
                 (n_gpus, device_peak_bytes, index))                         AS c
     FROM fitting
     GROUP BY ALL
-),
-live AS (
-    SELECT
-        *,
-        -- a paged optimizer's states are evicted to host outside the optimizer step
-        CASE WHEN c.paged AND c.peak_phase <> 'optimizer' THEN 0 ELSE c.optimizer_bytes END AS optimizer_live_bytes
-    FROM chosen
 )
 SELECT
     model,
@@ -41,14 +35,13 @@ SELECT
     gpu,
     c.n_gpus, c.tp, c.pp, c.zero_stage, c.checkpointing, c.micro_batch, c.seq_len, c.peak_phase,
     c.weight_bytes / 2^30                                                   AS weight_gib,
-    -- what the allocated peak holds beyond weights, optimizer states, activations and temporaries
-    (c.allocated_peak_bytes - c.weight_bytes - optimizer_live_bytes - c.activation_bytes - c.temp_bytes) / 2^30 AS grad_gib,
-    optimizer_live_bytes / 2^30                                             AS optimizer_gib,
+    c.peak_grad_bytes / 2^30                                                AS grad_gib,
+    c.peak_optimizer_bytes / 2^30                                           AS optimizer_gib,
     c.activation_bytes / 2^30                                               AS activation_gib,
     c.temp_bytes / 2^30                                                     AS temp_gib,
     (c.reserved_peak_bytes - c.allocated_peak_bytes) / 2^30                 AS slack_gib,
     c.overhead_bytes / 2^30                                                 AS overhead_gib,
     c.device_peak_bytes / 2^30                                              AS device_peak_gib,
     c.capacity_bytes / 2^30                                                 AS capacity_gib
-FROM live
+FROM chosen
 ORDER BY model, method, gpu;

@@ -16,8 +16,9 @@ chosen AS (
         model, gpu,
         -- fewest GPUs, then the lowest device peak, then the first in sweep order (as breakdown.sql picks)
         arg_min({'n_gpus': n_gpus, 'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
-                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase, 'paged': paged,
-                 'weight_bytes': weight_bytes, 'optimizer_bytes': optimizer_bytes,
+                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase,
+                 'weight_bytes': weight_bytes, 'peak_grad_bytes': peak_grad_bytes,
+                 'peak_optimizer_bytes': peak_optimizer_bytes,
                  'activation_bytes': activation_bytes, 'temp_bytes': temp_bytes,
                  'allocated_peak_bytes': allocated_peak_bytes, 'reserved_peak_bytes': reserved_peak_bytes,
                  'overhead_bytes': overhead_bytes, 'device_peak_bytes': device_peak_bytes,
@@ -25,13 +26,6 @@ chosen AS (
                 (n_gpus, device_peak_bytes, index))                         AS c
     FROM fitting
     GROUP BY ALL
-),
-live AS (
-    SELECT
-        *,
-        -- a paged optimizer's states are evicted to host outside the optimizer step
-        CASE WHEN c.paged AND c.peak_phase <> 'optimizer' THEN 0 ELSE c.optimizer_bytes END AS optimizer_live_bytes
-    FROM chosen
 )
 SELECT
     l.model,
@@ -41,9 +35,8 @@ SELECT
     l.model || ': ' || l.c.n_gpus || CASE WHEN l.c.n_gpus = 1 THEN ' GPU' ELSE ' GPUs' END || ', tp ' || l.c.tp || ', pp ' || l.c.pp || ', ZeRO-' || l.c.zero_stage
         || ', ' || l.c.checkpointing || ' recompute'                        AS layout_label,
     l.c.weight_bytes / 2^30                                                 AS weight_gib,
-    -- what the allocated peak holds beyond weights, optimizer states, activations and temporaries
-    (l.c.allocated_peak_bytes - l.c.weight_bytes - l.optimizer_live_bytes - l.c.activation_bytes - l.c.temp_bytes) / 2^30 AS grad_gib,
-    l.optimizer_live_bytes / 2^30                                           AS optimizer_gib,
+    l.c.peak_grad_bytes / 2^30                                              AS grad_gib,
+    l.c.peak_optimizer_bytes / 2^30                                         AS optimizer_gib,
     l.c.activation_bytes / 2^30                                             AS activation_gib,
     l.c.temp_bytes / 2^30                                                   AS temp_gib,
     (l.c.reserved_peak_bytes - l.c.allocated_peak_bytes) / 2^30             AS slack_gib,
@@ -51,6 +44,6 @@ SELECT
     l.c.device_peak_bytes / 2^30                                            AS device_peak_gib,
     l.c.capacity_bytes / 2^30                                               AS capacity_gib,
     l.c.capacity_bytes * (1 - l.c.headroom) / 2^30                          AS usable_gib
-FROM live AS l
+FROM chosen AS l
 LEFT JOIN models AS m USING (model)
 ORDER BY m.n_params NULLS LAST, l.model;

@@ -121,12 +121,6 @@ def param_count(c):
 
 
 @formula
-def routed_expert_params(c):
-    """Parameters of every routed expert in the model (the part EP shards)."""
-    return n_moe_layers(c) * c.n_experts * ffn_params(c, c.moe_d_ff)
-
-
-@formula
 def layers_per_stage(c):
     return ceil_div(c.n_layers, c.pp)
 
