@@ -17,8 +17,8 @@ PARAMS = {"max_micro_batch": {"model": "llama-3.1-70b"}}
 CODE = """
 import json, resource, sys, time
 sys.path.insert(0, %r)
-from engine.queries import run_query
-from engine.views import connect
+from engine.ask.queries import run_query
+from engine.dataset.views import connect
 con = connect(%r)
 t = time.perf_counter()
 rows = run_query(con, %r, %r)

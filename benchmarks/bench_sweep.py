@@ -21,10 +21,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.config import RECORD  # noqa: E402
-from engine.grid import build_grid, decode, parse_spec  # noqa: E402
-from engine.outputs import row  # noqa: E402
-from engine.sweep import KernelArgs  # noqa: E402
+from engine.inputs.vocabulary import RECORD  # noqa: E402
+from engine.inputs.grid import build_grid, decode, parse_spec  # noqa: E402
+from engine.model.outputs import row  # noqa: E402
+from engine.dataset.sweep import KernelArgs  # noqa: E402
 
 MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "mixtral-8x7b",
           "qwen2.5-72b", "llama-3.1-405b", "gemma-2-27b", "mistral-7b-v0.1"]
@@ -100,7 +100,7 @@ def end_to_end(size: float) -> dict:
         spec_path.write_text(toml(spec(size)))
         code = (
             "import json, resource, sys, time; sys.path.insert(0, %r);"
-            "from engine.sweep import run_sweep;"
+            "from engine.dataset.sweep import run_sweep;"
             "r = run_sweep(%r, %r, force=True, progress=False, say=lambda *a: None);"
             "print(json.dumps({'configs': r.evaluated, 'seconds': r.seconds, 'rows': r.written,"
             " 'rss_gib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))"

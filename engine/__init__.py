@@ -15,7 +15,7 @@ def _compiled_sources_digest() -> str:
     """A digest of every file the compiled kernels are built from (numba's cache only watches the file of
     the jitted function itself, not the formulas it calls, so a stale kernel could outlive a formula edit)."""
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("formulas/*.py")) + [here / n for n in ("outputs.py", "kernel.py", "sweep_kernel.py", "config.py", "codes.py")]
+    files = sorted(here.glob("model/*.py")) + [here / "inputs" / n for n in ("vocabulary.py", "codes.py")]
     digest = hashlib.sha256()
     for f in files:
         if f.exists():

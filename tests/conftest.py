@@ -38,7 +38,7 @@ def sweep_spec(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sweep_dir(sweep_spec, tmp_path_factory):
     """A complete sweep dataset directory of the tiny spec (one shard)."""
-    from engine.sweep import run_sweep
+    from engine.dataset.sweep import run_sweep
 
     out = tmp_path_factory.mktemp("sweep") / "tiny"
     run_sweep(sweep_spec, out, progress=False, say=lambda *_: None)
@@ -55,7 +55,7 @@ def sweep_frame(sweep_dir) -> pl.DataFrame:
 @pytest.fixture
 def sweep_con(sweep_dir):
     """A fresh DuckDB connection with the views sweep, models and gpus over the tiny sweep."""
-    from engine.views import connect
+    from engine.dataset.views import connect
 
     con = connect(sweep_dir)
     yield con

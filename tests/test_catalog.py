@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.catalog import (
+from engine.model.catalog import (
     catalog_version,
     gpus_table,
     load_gpus,
@@ -19,8 +19,8 @@ from engine.catalog import (
     resolve_model,
 )
 from engine.errors import UserError
-from engine.formulas.params import param_count
-from engine.hf_config import model_from_hf_config
+from engine.model.params import param_count
+from engine.inputs.hf_config import model_from_hf_config
 
 MODELS = load_models()
 GPUS = load_gpus()

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from engine import catalog
-from engine.grid import build_grid, decode, parse_spec
-from engine.kernel import UNSET, evaluate
-from engine.outputs import COLUMN_FORMULAS, OUTPUTS, row
-from engine.formulas.derived import derive
-from engine.resolve import resolve_cases
-from engine.sweep import KernelArgs
+from engine.model import catalog
+from engine.inputs.grid import build_grid, decode, parse_spec
+from engine.model.kernel import UNSET, evaluate
+from engine.model.outputs import COLUMN_FORMULAS, OUTPUTS, row
+from engine.model.derived import derive
+from engine.inputs.resolve import resolve_cases
+from engine.dataset.sweep import KernelArgs
 from tests.support import reference
 
 CHOICES = dict(

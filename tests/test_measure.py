@@ -11,11 +11,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from engine.errors import UserError  # noqa: E402
-from engine.measure import measure_case  # noqa: E402
-from engine.measure.autocast_policy import POLICY  # noqa: E402
-from engine.measure.measure import versions  # noqa: E402
-from engine.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noqa: E402
-from engine.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
+from engine.checks.measure import measure_case  # noqa: E402
+from engine.checks.measure.autocast_policy import POLICY  # noqa: E402
+from engine.checks.measure.measure import versions  # noqa: E402
+from engine.checks.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noqa: E402
+from engine.checks.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "measured" / "cpu_fake.csv"
 TINY_GPT2 = dict(model="tiny-gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=128, ffn_type="gelu",
@@ -45,7 +45,7 @@ def test_tracker_counts_a_linear_step_by_hand():
         loss = (x @ w.T).sum()
         loss.backward()
     assert lb.live_bytes() == 512 + 256 + 4 + 256  # y and ones_like freed: x, W, loss, W.grad
-    from engine.measure.breakdown import peak
+    from engine.checks.measure.breakdown import peak
 
     assert peak(lb, 0, lb.clock)[0] == 1032
     assert rounded_bytes(4) == 512 and rounded_bytes(1024) == 1024 and rounded_bytes(1025) == 1536

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import peers
+from engine.checks import peers
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden" / "published.csv"
 DS_ROWS = [r for r in csv.DictReader(GOLDEN.open()) if r["case_id"].startswith("ds-")]

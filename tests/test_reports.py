@@ -18,9 +18,9 @@ import pytest
 import reports
 from engine import QUERIES_DIR
 from engine.errors import UserError
-from engine.queries import read_query
-from engine.report import build_report, write_report
-from engine.sweep import run_sweep
+from engine.ask.queries import read_query
+from engine.ask.report import build_report, write_report
+from engine.dataset.sweep import run_sweep
 
 MODULES = reports.chart_modules()
 CHROMIUM = os.environ.get("MEMSIM_CHROMIUM", "/usr/bin/chromium")

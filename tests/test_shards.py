@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from engine.shards import plan_shards, sweep_shard, verify_dataset
-from engine.store import PartWriter
-from engine.sweep import run_sweep, shard_range
+from engine.dataset.shards import plan_shards, sweep_shard, verify_dataset
+from engine.dataset.store import PartWriter
+from engine.dataset.sweep import run_sweep, shard_range
 
 SPEC = """\
 title = "memsim shard test: 19,440 configurations"
@@ -103,7 +103,7 @@ def test_four_shards_by_hand_give_the_rows_of_one_process(whole, four):
 
 
 def test_ray_gives_the_rows_of_one_process(ray_cluster, spec, whole, tmp_path):
-    from engine.ray_backend import run_ray
+    from engine.dataset.ray_backend import run_ray
 
     result = run_ray(spec, tmp_path / "ray", n_shards=4, say=lambda *_: None)
     assert (result.n_shards, result.evaluated, result.written) == (4, TOTAL, TOTAL)
@@ -120,7 +120,7 @@ def test_ray_writes_to_a_file_uri_through_the_cli(ray_cluster, memsim, spec, who
 
 
 def test_ray_retries_a_shard_whose_worker_died(ray_cluster, spec, whole, tmp_path):
-    from engine.ray_backend import run_ray
+    from engine.dataset.ray_backend import run_ray
 
     flags = tmp_path / "flags"
     flags.mkdir()

@@ -9,9 +9,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from engine.estimate import estimate_table
-from engine.outputs import OUTPUTS
-from engine.sweep import run_sweep
+from engine.ask.estimate import estimate_table
+from engine.model.outputs import OUTPUTS
+from engine.dataset.sweep import run_sweep
 
 AXES = ["model", "gpu", "n_gpus", "tp", "pp", "zero_stage", "micro_batch", "seq_len", "checkpointing", "lora_rank", "attention"]
 
@@ -61,7 +61,7 @@ def test_disk_full_mid_run_leaves_no_part_file(tmp_path, monkeypatch, memsim):
 
 def test_interrupted_sweep_removes_its_half_written_file(tmp_path, monkeypatch):
     spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\nmicro_batch = [1, 2, 3, 4]\nseq_len = [512, 1024, 2048]')
-    import engine.sweep as sweep
+    import engine.dataset.sweep as sweep
 
     calls = {"n": 0}
     real = sweep.KernelArgs.evaluate

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from engine import validate
+from engine.checks import validate
 from engine.cli import main
 
 RESULTS = validate.measured_results()

@@ -1,0 +1,188 @@
+"""`memsim explain`: one configuration as a per-device breakdown a person reads in five seconds,
+with what to change to make it fit."""
+
+import json
+
+import numpy as np
+
+from engine.inputs.codes import Ckpt, INVALID_REASONS, Attn, Component, Invalid, Offload, Phase, name_of
+from engine.inputs.vocabulary import INPUTS, RECORD
+from engine.model.params import param_count, trainable_params_per_gpu
+from engine.model.kernel import evaluate
+from engine.model.outputs import OUTPUTS
+from engine.errors import UserError
+from engine.inputs.resolve import resolve_case
+
+GIB = 2**30
+COMPONENT_LABELS = {
+    Component.WEIGHTS: "weights",
+    Component.GRADS: "gradients",
+    Component.OPTIMIZER: "optimizer states",
+    Component.ACTIVATIONS: "activations",
+    Component.TEMP: "temporaries + allocator slack",
+    Component.OVERHEAD: "CUDA context, cuBLAS, NCCL",
+}
+
+
+def evaluate_case(case: dict) -> dict:
+    """Every output of one configuration, as {column: value}, plus its resolved record and labels."""
+    rec, model, gpu = resolve_case(case)
+    out = evaluate(np.array([rec], dtype=RECORD))
+    values = {name: int(out[k, 0]) for k, name in enumerate(OUTPUTS)}
+    return {"record": rec, "model": model, "gpu": gpu, **values}
+
+
+def breakdown(result: dict) -> list[tuple[str, int]]:
+    """The device peak split into the parts people budget for, as they are live at the peak (they add up)."""
+    r = result
+    slack = r["reserved_peak_bytes"] - r["allocated_peak_bytes"]
+    return [
+        ("weights", r["weight_bytes"]),
+        ("gradients", r["peak_grad_bytes"]),
+        ("optimizer states", r["peak_optimizer_bytes"]),
+        ("activations", r["activation_bytes"]),
+        ("temporaries", r["temp_bytes"]),
+        ("allocator slack", slack),
+        ("CUDA context, cuBLAS, NCCL", r["overhead_bytes"]),
+    ]
+
+
+def variants(case: dict, rec) -> list[tuple[str, dict]]:
+    """Changes worth trying, each as (what to say, the changed case)."""
+    out = []
+    if rec.zero_stage < 3 and rec.dp * rec.cp > 1:
+        out.append((f"ZeRO stage {rec.zero_stage + 1}", {"zero_stage": rec.zero_stage + 1}))
+    if rec.checkpointing == Ckpt.NONE:
+        out.append(("selective activation recomputation", {"checkpointing": "selective"}))
+    if rec.checkpointing != Ckpt.FULL:
+        out.append(("full activation recomputation", {"checkpointing": "full"}))
+    if rec.attention != Attn.FLASH:
+        out.append(("flash attention", {"attention": "flash"}))
+    if rec.micro_batch > 1:
+        mb = rec.micro_batch // 2
+        out.append((f"micro-batch {mb} (grad_accum x2 keeps the batch)", {"micro_batch": mb, "grad_accum": rec.grad_accum * 2}))
+    if rec.dp % 2 == 0:
+        out.append((f"tensor parallel {rec.tp * 2} on the same GPUs", {"tp": rec.tp * 2, "dp": rec.dp // 2}))
+    if rec.tp > 1 and not rec.sp:
+        out.append(("sequence parallel", {"sp": True}))
+    if rec.zero_stage >= 1 and rec.offload == Offload.NONE:
+        out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
+    out.append((f"{rec.n_gpus * 2} GPUs with ZeRO-3", {"n_gpus": rec.n_gpus * 2, "dp": 0, "zero_stage": 3}))
+    return out
+
+
+def try_variants(case: dict, rec) -> list[dict]:
+    """Each single change's new device peak, for layouts that can run."""
+    found = []
+    for label, change in variants(case, rec):
+        try:
+            r = evaluate_case({**case, **change})
+        except UserError:  # a change the layout cannot take (e.g. an odd GPU count) is not suggested
+            continue
+        if r["valid"]:
+            found.append({"change": label, "set": change, "device_peak_bytes": r["device_peak_bytes"],
+                          "fits": bool(r["fits"]), "record": r["record"]})
+    return found
+
+
+def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
+    """Single changes, those that fit first, then by peak."""
+    found = sorted(try_variants(case, result["record"]), key=lambda s: (not s["fits"], s["device_peak_bytes"]))
+    return [{k: v for k, v in s.items() if k != "record"} for s in found[:limit]]
+
+
+def plan(case: dict, result: dict, max_steps: int = 5) -> list[dict]:
+    """Changes combined greedily (each step takes the change that lowers the peak most) until it fits."""
+    steps, current, peak = [], dict(case), result["device_peak_bytes"]
+    rec = result["record"]
+    for _ in range(max_steps):
+        options = [s for s in try_variants(current, rec) if s["device_peak_bytes"] < peak]
+        if not options:
+            break
+        best = min(options, key=lambda s: (not s["fits"], s["device_peak_bytes"]))
+        current, peak, rec = {**current, **best["set"]}, best["device_peak_bytes"], best["record"]
+        steps.append({"change": best["change"], "set": best["set"], "device_peak_bytes": peak, "fits": best["fits"]})
+        if best["fits"]:
+            break
+    return steps
+
+
+def summary_line(result: dict) -> str:
+    rec = result["record"]
+    layout = f"dp {rec.dp}, tp {rec.tp}, pp {rec.pp}" + (f", cp {rec.cp}" if rec.cp > 1 else "") + (f", ep {rec.ep}" if rec.ep > 1 else "")
+    method = [name_of(INPUTS["precision"].kind(rec.precision)), name_of(INPUTS["optimizer"].kind(rec.optimizer))]
+    if rec.zero_stage:
+        method.append(f"ZeRO-{rec.zero_stage}")
+    if rec.checkpointing != Ckpt.NONE:
+        method.append(f"{name_of(Ckpt(rec.checkpointing))} recompute")
+    if rec.lora_rank:
+        method.append(f"LoRA r={rec.lora_rank}")
+    return (
+        f"{result['model']} ({param_count(rec) / 1e9:.2f}B params) on {rec.n_gpus} x {result['gpu']} ({layout}); "
+        f"{', '.join(method)}; micro-batch {rec.micro_batch}, seq {rec.seq_len}"
+    )
+
+
+def explain(case: dict) -> dict:
+    """The machine-readable explanation: breakdown, peak phase, bottleneck, fits and margin, suggestions."""
+    r = evaluate_case(case)
+    rec = r["record"]
+    usable = int(r["capacity_bytes"] * (1 - rec.headroom))
+    result = {
+        "summary": summary_line(r),
+        "model": r["model"],
+        "gpu": r["gpu"],
+        "valid": bool(r["valid"]),
+        "invalid_reason": INVALID_REASONS[Invalid(r["invalid_reason"])],
+        "breakdown_bytes": dict(breakdown(r)) if r["allocated_peak_bytes"] >= 0 else {},
+        "outputs": {k: r[k] for k in OUTPUTS},
+        "peak_phase": name_of(Phase(r["peak_phase"])) if r["peak_phase"] >= 0 else None,
+        "bottleneck": COMPONENT_LABELS[Component(r["bottleneck"])] if r["bottleneck"] >= 0 else None,
+        "fits": bool(r["fits"] == 1),
+        "usable_bytes": usable,
+        "margin_bytes": usable - r["device_peak_bytes"],
+        "host_bytes": r["host_bytes"],
+        "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
+    }
+    result["suggestions"] = [] if result["fits"] else suggestions(case, r)
+    result["plan"] = [] if result["fits"] else plan(case, r)
+    return result
+
+
+def render(result: dict) -> str:
+    """The five-second table."""
+    lines = [result["summary"], ""]
+    if not result["valid"]:
+        lines.append(f"INVALID layout: {result['invalid_reason']}")
+        return "\n".join(lines)
+    peak = result["outputs"]["device_peak_bytes"]
+    lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")
+    for label, size in result["breakdown_bytes"].items():
+        lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
+    cap, usable = result["outputs"]["capacity_bytes"], result["usable_bytes"]
+    lines.append("-" * 47)
+    lines.append(f"{'device peak (nvidia-smi)':<30}{peak / GIB:>9.2f}   of {cap / GIB:.1f} GiB, {usable / GIB:.1f} usable after headroom")
+    lines.append(f"peak phase: {result['peak_phase']}    bottleneck: {result['bottleneck']}")
+    margin = result["margin_bytes"] / GIB
+    lines.append(f"FITS with {margin:.2f} GiB to spare" if result["fits"] else f"DOES NOT FIT: {-margin:.2f} GiB over budget")
+    if result["host_bytes"]:
+        lines.append(f"host RAM for offload: {result['host_bytes'] / GIB:.2f} GiB per GPU")
+    if result["suggestions"]:
+        lines += ["", "what to change (one at a time):"]
+        for s in result["suggestions"]:
+            lines.append(f"  - {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
+    if result["plan"] and not any(s["fits"] for s in result["suggestions"]):
+        lines += ["", "combined, step by step:"]
+        for i, s in enumerate(result["plan"], 1):
+            lines.append(f"  {i}. {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
+    return "\n".join(lines)
+
+
+def verdict(step: dict) -> str:
+    return "fits" if step["fits"] else "still over"
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result, indent=2, default=int)
+
+

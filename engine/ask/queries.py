@@ -1,0 +1,275 @@
+"""The query library: one question per `queries/<name>.sql`, run with DuckDB `$name` parameters.
+
+Each file opens with a header that this module parses and the CLI shows:
+
+    -- Largest micro-batch that fits, per model, GPU and parallel layout.
+    -- params:  $model    VARCHAR  model key, or NULL for every model
+    --          $limit    BIGINT   rows to return (default 20)
+    -- returns: one row per (model, gpu, ...): max_micro_batch, device_peak_gib, headroom_gib
+
+A parameter is optional when its meaning says "or NULL" (omitted: NULL, which the SQL reads as "any") or
+"(default V)" (omitted: V); any other parameter is required. `-- params:  none` declares none. Values are
+converted to the declared type (VARCHAR, BIGINT, DOUBLE, BOOLEAN), so `--param n_gpus=8` arrives as 8, and a
+`model` or `gpu` value resolves through the catalog's keys and aliases (`h100` -> `h100-sxm-80gb`).
+
+Conventions the queries share: rows considered are `valid AND fits` unless the question is about failures;
+`method` names what is trained (precision, optimizer, framework, then LoRA rank, base quantization and offload
+when used) and is part of every grain, so a sweep over training methods never mixes them; axes a query does
+not group by take their best value; `headroom_gib` is memory free at the peak (capacity - device peak).
+"""
+
+import difflib
+import re
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from engine import QUERIES_DIR
+from engine.errors import UserError
+
+TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN")
+_PARAM = re.compile(r"^\$(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s+(?P<meaning>.+)$")
+_DEFAULT = re.compile(r"\(default (?P<value>[^)]+)\)")
+_TRUE, _FALSE = {"true", "t", "yes", "1"}, {"false", "f", "no", "0"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str  # one of TYPES
+    meaning: str
+    optional: bool
+    default: object = None  # the value an omitted optional parameter takes (None: NULL)
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    purpose: str
+    params: tuple[Param, ...]
+    returns: str
+    sql: str
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+def list_queries() -> list[tuple[str, str]]:
+    """(name, purpose) of every query in queries/, sorted by name.
+
+    Examples
+    --------
+    >>> dict(list_queries())["summary"][:40]
+    'How big the sweep is and how much of it '
+    """
+    return [(q.name, q.purpose) for q in (read_query(p.stem) for p in sorted(QUERIES_DIR.glob("*.sql")))]
+
+
+def query_names() -> list[str]:
+    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
+
+
+def read_query(name: str) -> Query:
+    """The query's SQL text and its parsed header; an unknown name suggests the nearest ones."""
+    names = query_names()
+    if name not in names:
+        raise unknown_query(name, names)
+    path = QUERIES_DIR / f"{name}.sql"
+    return parse_query(name, path.read_text())
+
+
+def unknown_query(name: str, names: list[str]) -> UserError:
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(near)}?" if near else f"known queries: {', '.join(names)}"
+    return UserError(f"unknown query '{name}'; {hint} (memsim query --list shows them all)")
+
+
+def header_lines(sql: str) -> list[str]:
+    """The leading `--` comment block, without the `--` markers."""
+    lines = []
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line[2:].strip())
+    return lines
+
+
+def parse_query(name: str, sql: str) -> Query:
+    """A Query from a .sql file's text: purpose line, `params:` lines, `returns:` lines."""
+    lines = header_lines(sql)
+    if not lines or not lines[0] or lines[0].startswith(("params:", "returns:")):
+        raise UserError(f"queries/{name}.sql: the first line must be a `-- purpose` comment")
+    purpose, section, params, returns = lines[0], None, [], []
+    for line in lines[1:]:
+        for key in ("params:", "returns:"):
+            if line.startswith(key):
+                section, line = key, line[len(key):].strip()
+        if section == "params:" and line and line != "none":
+            params.append(parse_param(name, line))
+        elif section == "returns:":
+            returns.append(line)
+        elif section is None:
+            purpose += " " + line
+    if section is None or not returns:
+        raise UserError(f"queries/{name}.sql: the header needs `-- params:` and `-- returns:` lines")
+    return Query(name, purpose, tuple(params), " ".join(returns), sql)
+
+
+def parse_param(name: str, line: str) -> Param:
+    match = _PARAM.match(line)
+    if not match or match["type"] not in TYPES:
+        raise UserError(f"queries/{name}.sql: bad params line {line!r}; write `$name TYPE meaning`, TYPE one of {', '.join(TYPES)}")
+    meaning = match["meaning"].strip()
+    default = _DEFAULT.search(meaning)
+    if default:
+        value = convert(Param(match["name"], match["type"], meaning, True), default["value"], name)
+        return Param(match["name"], match["type"], meaning, True, value)
+    return Param(match["name"], match["type"], meaning, "or NULL" in meaning)
+
+
+def convert(param: Param, value, query: str):
+    """A value (often CLI text) as the parameter's declared type; `model` and `gpu` resolve via the catalog."""
+    if value is None:
+        return None
+    try:
+        if param.type == "BIGINT":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value.replace("_", "")) if isinstance(value, str) else int(value)
+        if param.type == "DOUBLE":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if param.type == "BOOLEAN":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text not in _TRUE | _FALSE:
+                raise ValueError
+            return text in _TRUE
+    except (TypeError, ValueError):
+        raise UserError(f"query {query}: ${param.name} takes a {param.type}, got {value!r} (${param.name}: {param.meaning})") from None
+    return catalog_key(param.name, str(value))
+
+
+def catalog_key(name: str, value: str) -> str:
+    from engine.model import catalog
+
+    if name == "model":
+        return catalog.resolve_model(value)["model"]
+    if name == "gpu":
+        return catalog.resolve_gpu(value)["gpu"]
+    return value
+
+
+def bind(query: Query, params: dict) -> dict:
+    """Every declared parameter with a typed value: given, defaulted or NULL; unknown or missing ones refused."""
+    accepted = ", ".join(f"${p.name} {p.type}" for p in query.params) or "none"
+    unknown = [k for k in params if query.param(k) is None]
+    if unknown:
+        raise UserError(f"query {query.name} has no parameter ${unknown[0]} (accepted: {accepted})")
+    values = {}
+    for p in query.params:
+        if p.name in params and params[p.name] is not None:
+            values[p.name] = convert(p, params[p.name], query.name)
+        elif p.optional:
+            values[p.name] = p.default
+        else:
+            raise UserError(f"query {query.name} needs ${p.name} ({p.meaning}): pass --param {p.name}=VALUE (accepted: {accepted})")
+    return values
+
+
+def first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> pl.DataFrame:
+    """Run queries/<name>.sql on a connection from engine.dataset.views.connect, with its parameters checked and typed.
+
+    Examples
+    --------
+    >>> from engine.dataset.views import connect                      # doctest: +SKIP
+    >>> run_query(connect("out/default"), "min_gpus", {"seq_len": 4096})  # doctest: +SKIP
+    """
+    query = read_query(name)
+    values = bind(query, params or {})
+    try:
+        return con.sql(query.sql, params=values or None).pl()
+    except duckdb.Error as err:
+        raise UserError(f"query {name} failed: {first_line(err)}") from None
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
+    """Run the user's own SQL over the views; a statement without rows gives an empty frame."""
+    try:
+        rel = con.sql(sql)
+        return pl.DataFrame() if rel is None else rel.pl()
+    except duckdb.Error as err:
+        raise UserError(f"SQL failed: {first_line(err)}") from None
+
+
+# --- what `memsim query` and `memsim sql` print or write ------------------------------------------------
+
+FORMATS = ("table", "csv", "json", "parquet")
+TABLE_ROWS = 200  # a longer result prints its first and last rows; -o FILE keeps them all
+
+
+def parse_params(pairs: list[str] | None) -> dict[str, str]:
+    """`--param name=value` pairs as a dict of text values (run_query types them)."""
+    params = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        name = name.strip().lstrip("$")
+        if not sep or not name:
+            raise UserError(f"--param takes name=value (e.g. --param n_gpus=8), got {pair!r}")
+        if name in params:
+            raise UserError(f"--param {name} is given twice")
+        params[name] = value
+    return params
+
+
+def output_format(fmt: str | None, path: str | None) -> str:
+    """The --format given, else the output file's suffix, else a table."""
+    if fmt is None and path:
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+        fmt = suffix if suffix in FORMATS[1:] else "table"
+    fmt = fmt or "table"
+    if fmt == "parquet" and not path:
+        raise UserError("--format parquet writes a file: add -o FILE.parquet")
+    return fmt
+
+
+def render_table(rows: pl.DataFrame) -> str:
+    """Aligned text: every column, numbers right-aligned, GiB to 2 decimals, long results elided in the middle."""
+    shown = rows.height if rows.height <= TABLE_ROWS else 40
+    with pl.Config(tbl_rows=shown, tbl_cols=-1, tbl_width_chars=65_000, fmt_str_lengths=200,
+                   tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True, float_precision=2,
+                   tbl_cell_numeric_alignment="RIGHT", tbl_formatting="UTF8_FULL_CONDENSED"):
+        text = str(rows)
+    return f"{text}\n{rows.height:,} row{'s' if rows.height != 1 else ''}"
+
+
+def render(rows: pl.DataFrame, fmt: str) -> str:
+    if fmt == "csv":
+        return rows.write_csv()
+    if fmt == "json":
+        return rows.write_json() + "\n"
+    return render_table(rows) + "\n"
+
+
+def emit(rows: pl.DataFrame, fmt: str | None, path: str | None) -> None:
+    """Print the rows in the format asked, or write them atomically to `path` and say so."""
+    from engine.atomic import write_atomic
+
+    fmt = output_format(fmt, path)
+    if path is None:
+        print(render(rows, fmt), end="")
+        return
+    if fmt == "parquet":
+        write_atomic(path, lambda tmp: rows.write_parquet(tmp))
+    else:
+        text = render(rows, fmt)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+    print(f"{rows.height:,} rows ({fmt}) -> {path}")

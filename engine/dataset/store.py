@@ -1,0 +1,157 @@
+"""The sweep's Parquet dataset: chunks stream into one part file per shard as row groups.
+
+Layout of a dataset directory:
+    _memsim.json                      spec digest, axes, total, shard count, memsim and catalog versions
+    _spec.toml                        the spec as the user wrote it
+    part-00000-of-00004.parquet       shard 0's rows (written as .tmp, renamed when complete)
+    _shards/00000-of-00004.json       shard 0's completion record: index range and row count
+A part file exists under its final name only once it is complete, and its completion record is written after
+it (both atomically), so an interrupted sweep never leaves a file that looks finished.
+"""
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import engine
+from engine.model import catalog
+from engine.atomic import write_text_atomic
+from engine.dataset.columns import COMPACT_OUTPUTS, output_columns
+from engine.model.outputs import OUTPUTS
+from engine.errors import UserError
+
+MANIFEST = "_memsim.json"
+
+
+def spec_digest(grid) -> str:
+    """What makes two shards parts of one dataset: the spec text, the catalogs and the memsim version."""
+    text = grid.spec.text or json.dumps(grid.spec.axes, sort_keys=True)
+    payload = f"{text}\n{catalog.catalog_version()}\n{engine.__version__}"
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def part_name(shard: int, n_shards: int) -> str:
+    return f"part-{shard:05d}-of-{n_shards:05d}.parquet"
+
+
+def marker_path(out_dir: Path, shard: int, n_shards: int) -> Path:
+    return out_dir / "_shards" / f"{shard:05d}-of-{n_shards:05d}.json"
+
+
+def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
+    """Create or join the dataset directory; refuse to mix shards of different specs."""
+    manifest = {
+        "memsim_version": engine.__version__,
+        "catalog_version": catalog.catalog_version(),
+        "spec_digest": spec_digest(grid),
+        "title": grid.spec.title,
+        "axes": [a.name for a in grid.axes],
+        "total": grid.total,
+        "n_shards": n_shards,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    existing = out_dir / MANIFEST
+    if existing.exists():
+        old = json.loads(existing.read_text())
+        same = old.get("spec_digest") == manifest["spec_digest"] and old.get("n_shards") == n_shards
+        if not same and not force:
+            raise UserError(
+                f"{out_dir} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
+                f"{old.get('n_shards')} shards); use a new directory, or --force to replace it"
+            )
+        if not same:
+            clear_dataset(out_dir)
+        else:
+            manifest["created"] = old.get("created", manifest["created"])
+    elif out_dir.exists() and any(not own_entry(p.name) for p in out_dir.iterdir()) and not force:
+        raise UserError(f"{out_dir} exists and is not a memsim dataset; use a new directory or --force")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "_shards").mkdir(exist_ok=True)
+    write_text_atomic(out_dir / "_spec.toml", grid.spec.text or "")
+    write_text_atomic(existing, json.dumps(manifest, indent=2))
+    return manifest
+
+
+def own_entry(name: str) -> bool:
+    """A file a concurrent shard of this sweep may already have made (shards of a fresh dataset start together)."""
+    return name.startswith(("_", ".", "part-"))
+
+
+def clear_dataset(out_dir: Path) -> None:
+    for p in list(out_dir.glob("part-*.parquet*")) + list(out_dir.glob("_shards/*.json")):
+        p.unlink()
+
+
+def chunk_table(grid, start: int, out, digits, layout, keep) -> pa.Table:
+    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
+    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
+    idx = np.arange(start, start + out.shape[1], dtype=np.int64)
+    if keep is not None:
+        idx, out, digits, layout = idx[keep], out[:, keep], digits[:, keep], layout[:, keep]
+    columns = {"index": pa.array(idx)}
+    for k, axis in enumerate(grid.axes):
+        if isinstance(axis.labels[0], bool):
+            columns[axis.name] = pa.array(np.array(axis.labels)[digits[k]])
+        else:
+            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits[k]), pa.array(axis.labels))
+    names = {a.name for a in grid.axes}
+    if "dp" not in names:
+        columns["dp"] = pa.array(layout[0])
+    if "n_gpus" not in names:
+        columns["n_gpus"] = pa.array(layout[1])
+    columns.update(output_columns(out, COMPACT_OUTPUTS if grid.spec.output.get("compact") else OUTPUTS))
+    return pa.table(columns)
+
+
+class PartWriter:
+    """Streams one shard's row groups into a temporary file and publishes it atomically on close."""
+
+    def __init__(self, out_dir: Path, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str):
+        self.final = out_dir / part_name(shard, n_shards)
+        self.tmp = self.final.with_name(self.final.name + ".tmp")
+        self.marker = marker_path(out_dir, shard, n_shards)
+        if self.marker.exists():
+            self.marker.unlink()  # a re-run replaces the shard
+        if self.final.exists():
+            self.final.unlink()
+        schema = schema.with_metadata({b"memsim": json.dumps(metadata).encode()})
+        # Dictionary pages for every column but the index (delta-encoded): measured on 20M sweep rows, DuckDB
+        # groups 2x faster than over plain int64 pages, and the files are a third smaller; pyarrow falls back
+        # to plain pages by itself where a column's dictionary outgrows its page.
+        dictionary = [f.name for f in schema if f.name != "index" and not pa.types.is_boolean(f.type)]
+        self.rows = 0
+        try:
+            self.writer = pq.ParquetWriter(
+                self.tmp, schema, compression=compression, use_dictionary=dictionary,
+                column_encoding={"index": "DELTA_BINARY_PACKED"},
+            )
+        except OSError as err:
+            raise UserError(f"cannot write {self.tmp}: {err}") from None
+
+    def write(self, table: pa.Table) -> None:
+        try:
+            self.writer.write_table(table)
+        except OSError as err:
+            self.abort()
+            raise UserError(f"writing {self.tmp} failed ({err}); the shard was removed, nothing half-written is left") from None
+        self.rows += table.num_rows
+
+    def close(self, index_range: tuple[int, int], digest: str) -> None:
+        self.writer.close()
+        os.replace(self.tmp, self.final)
+        record = {"range": list(index_range), "rows": self.rows, "spec_digest": digest, "file": self.final.name}
+        write_text_atomic(self.marker, json.dumps(record))
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # the writer may be mid-failure; the file goes either way
+            pass
+        if self.tmp.exists():
+            self.tmp.unlink()

@@ -1,0 +1,74 @@
+"""DuckDB over a sweep dataset: the views `sweep`, `models` and `gpus` that every query reads.
+
+`sweep` reads the part files and adds, as constants, every CONFIG.md input the spec did not sweep (so SQL can
+always say `seq_len` or `precision`), with the value the sweep used: its default.
+"""
+
+import json
+from pathlib import Path
+
+import duckdb
+
+from engine.model import catalog
+from engine.inputs.codes import IntEnum, name_of
+from engine.inputs.vocabulary import INPUT_FIELDS
+from engine.errors import UserError
+from engine.inputs.resolve import MODEL_FIELD_NAMES
+from engine.dataset.store import MANIFEST
+
+
+def sql_literal(field) -> str:
+    kind, value = field.kind, field.default
+    if isinstance(kind, type) and issubclass(kind, IntEnum):
+        return f"'{name_of(kind(value))}'"
+    if kind == "bool":
+        return "TRUE" if value else "FALSE"
+    if kind == "float":
+        return f"{float(value)}::DOUBLE"
+    if kind == "str":
+        return f"'{value}'"
+    return f"{int(value)}::BIGINT"
+
+
+def check_dataset(sweep_dir: Path) -> list[Path]:
+    if not (sweep_dir / MANIFEST).is_file():
+        raise UserError(f"{sweep_dir} is not a memsim sweep directory (no {MANIFEST}); run `memsim sweep SPEC -o {sweep_dir}` first")
+    parts = sorted(sweep_dir.glob("part-*.parquet"))
+    if not parts:
+        raise UserError(f"{sweep_dir} has no complete part files yet")
+    return parts
+
+
+# How the queries name a training method, e.g. "amp_bf16 adamw pytorch lora-r16 nf4": one definition for all.
+TRAINING_METHOD = """
+CREATE OR REPLACE MACRO training_method(precision, optimizer, framework, lora_rank, base_quant, offload) AS
+    concat_ws(' ', precision, optimizer, framework,
+              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
+              CASE WHEN base_quant <> 'none' THEN base_quant END,
+              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)
+"""
+
+
+def connect(sweep_dir: str | Path | None = None, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the catalog views, the `training_method` macro, and the `sweep` view when a
+    dataset is given."""
+    con = con or duckdb.connect()
+    con.execute(TRAINING_METHOD)
+    con.register("models_arrow", catalog.models_table().to_arrow())
+    con.register("gpus_arrow", catalog.gpus_table().to_arrow())
+    con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")
+    con.execute("CREATE OR REPLACE VIEW gpus AS SELECT * FROM gpus_arrow")
+    if sweep_dir is not None:
+        sweep_dir = Path(sweep_dir)
+        check_dataset(sweep_dir)
+        pattern = str(sweep_dir / "part-*.parquet").replace("'", "''")
+        present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{pattern}')").fetchall()}
+        extra = [f"{sql_literal(f)} AS {f.name}" for f in INPUT_FIELDS
+                 if f.name not in present and f.name not in MODEL_FIELD_NAMES and f.name not in ("n_params", "dropout")]
+        select = ", ".join(["*"] + extra)
+        con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM read_parquet('{pattern}')")
+    return con
+
+
+def manifest(sweep_dir: str | Path) -> dict:
+    return json.loads((Path(sweep_dir) / MANIFEST).read_text())

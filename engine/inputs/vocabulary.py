@@ -1,0 +1,144 @@
+"""The configuration vocabulary of CONFIG.md as one record type shared by the formulas and the kernel.
+
+Every input column has a kind and a default. A configuration is evaluated as a numpy record of dtype
+`RECORD` (int64 everywhere but two floats); categorical values are the integer codes of engine.inputs.codes.
+Model dims, the parallel layout and the GPU's attributes all live in that one record, so a formula reads
+`c.seq_len`, `c.tp` or `c.capacity_bytes` alike, jitted or not.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.inputs import codes
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: object  # "int" | "bool" | "float" | "str" | an IntEnum class
+    default: object
+    help: str
+
+
+MODEL_FIELDS = [
+    Field("n_layers", "int", 0, "transformer layers (per stack for encoder-decoder)"),
+    Field("d_model", "int", 0, "hidden size h"),
+    Field("n_heads", "int", 0, "attention heads a"),
+    Field("n_kv_heads", "int", 0, "key/value heads (< n_heads: GQA/MQA; 0: = n_heads)"),
+    Field("d_ff", "int", 0, "FFN inner size f"),
+    Field("vocab", "int", 0, "vocabulary size V"),
+    Field("ffn_type", codes.FFN, codes.FFN.SWIGLU, "gelu (2 matrices) or swiglu (3)"),
+    Field("tied_embeddings", "bool", False, "input embedding shared with the LM head"),
+    Field("lm_head", "bool", True, "a vocabulary-sized output head (false: an encoder with a small task head, BERT)"),
+    Field("n_experts", "int", 0, "routed experts per MoE layer (0 = dense)"),
+    Field("top_k", "int", 0, "experts each token is routed to"),
+    Field("moe_d_ff", "int", 0, "FFN inner size of one expert"),
+    Field("n_params", "int", 0, "overrides the count from the dims (0 = count from dims)"),
+    # Extensions beyond CONFIG.md's first list, needed to count real models exactly.
+    Field("head_dim", "int", 0, "per-head size (0 = d_model / n_heads; Gemma uses 256)"),
+    Field("norm_type", codes.Norm, codes.Norm.RMSNORM, "layernorm (weight + bias) or rmsnorm"),
+    Field("linear_bias", codes.Bias, codes.Bias.NONE, "none, qkv (Qwen2) or all (GPT-2, BERT)"),
+    Field("n_positions", "int", 0, "learned position-embedding rows (0 = rotary)"),
+    Field("norms_per_layer", "int", 2, "norm layers per block (Gemma 2: 4)"),
+    Field("n_shared_experts", "int", 0, "always-active experts of moe_d_ff each (DeepSeek, Qwen MoE)"),
+    Field("shared_expert_gate", "bool", False, "a sigmoid gate h -> 1 on the shared expert (Qwen MoE)"),
+    Field("first_dense_layers", "int", 0, "leading layers with a dense FFN of d_ff (DeepSeek)"),
+    Field("q_lora_rank", "int", 0, "MLA query low-rank size (DeepSeek-V2/V3; 0 = full q_proj)"),
+    Field("kv_lora_rank", "int", 0, "MLA key/value low-rank size (0 = standard attention)"),
+    Field("qk_rope_head_dim", "int", 0, "MLA rotary part of each query/key head"),
+    Field("v_head_dim", "int", 0, "MLA value head size"),
+    # How the Hugging Face module is written (what framework = pytorch | fsdp runs): it decides the saved tensors.
+    Field("act_fn", codes.ActFn, codes.ActFn.GELU, "FFN activation as implemented: gelu (one kernel), gelu_new (HF GPT-2's Python tanh), silu"),
+    Field("fused_projections", "bool", False, "q/k/v (and gate/up) are one matmul in the HF module (GPT-2 c_attn, Phi-3)"),
+    Field("softmax_fp32", "bool", True, "the HF eager attention computes softmax in fp32 (Llama family; not GPT-2, BERT)"),
+]
+
+WORKLOAD_FIELDS = [
+    Field("seq_len", "int", 2048, "tokens per sample"),
+    Field("micro_batch", "int", 1, "samples per GPU per forward pass"),
+    Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)"),
+]
+
+METHOD_FIELDS = [
+    Field("precision", codes.Precision, codes.Precision.AMP_BF16, "numerics"),
+    Field("optimizer", codes.Optimizer, codes.Optimizer.ADAMW, "optimizer"),
+    Field("framework", codes.Framework, codes.Framework.PYTORCH, "whose buffer conventions apply"),
+    Field("checkpointing", codes.Ckpt, codes.Ckpt.NONE, "activation recomputation"),
+    Field("dropout", "float", 0.0, "dropout probability in the model"),
+    Field("attention", codes.Attn, codes.Attn.FLASH, "whether the s^2 scores are kept"),
+    Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank"),
+    Field("lora_targets", codes.LoraTargets, codes.LoraTargets.ALL_LINEAR, "adapted linear layers"),
+    Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized"),
+    Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
+    Field("paged", "bool", False, "paged optimizer (bitsandbytes): states may spill to host"),
+    Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)"),
+]
+
+LAYOUT_FIELDS = [
+    Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)"),
+    Field("tp", "int", 1, "tensor parallel"),
+    Field("pp", "int", 1, "pipeline parallel"),
+    Field("cp", "int", 1, "context parallel"),
+    Field("ep", "int", 1, "expert parallel"),
+    Field("dp", "int", 0, "data parallel (0 = n_gpus / (tp * pp * cp))"),
+    Field("sp", "bool", False, "sequence parallel (with tp)"),
+    Field("zero_stage", "int", 0, "ZeRO stage 0-3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2)"),
+    Field("pp_schedule", codes.PPSchedule, codes.PPSchedule.ONE_F_ONE_B, "pipeline schedule"),
+    Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)"),
+    Field("headroom", "float", 0.10, "fraction of GPU memory kept free when deciding fits"),
+]
+
+# The model and GPU are named by catalog keys; the record carries their row ids and attributes.
+NAME_FIELDS = [
+    Field("model", "str", "llama-3.1-8b", "catalog key or path to a Hugging Face config.json"),
+    Field("gpu", "str", "h100-sxm-80gb", "GPU catalog key"),
+]
+
+INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + LAYOUT_FIELDS
+INPUTS = {f.name: f for f in INPUT_FIELDS}
+
+# Attributes copied from the GPU catalog into each record (see data/gpus.toml, data/overheads.toml).
+GPU_ATTRIBUTES = [
+    "capacity_bytes",
+    "cuda_context_bytes",
+    "cublas_workspace_bytes",
+    "nccl_buffer_bytes",
+    "host_ram_bytes",
+]
+
+# Quantities derived once per configuration (engine/formulas/derived.py) and read by the later formulas,
+# so that the kernel computes the parameter split and the model states once, not once per term.
+DERIVED_FIELDS = [
+    "rank_params",
+    "rank_trainable_params",
+    "rank_block_params",
+    "rank_weight_bytes",
+    "rank_grad_bytes",
+    "rank_optimizer_bytes",
+    "rank_host_bytes",
+    "rank_cast_bytes",
+    "rank_gather_bytes",
+    "rank_reduce_bytes",
+    "rank_step_bytes",
+    "rank_bucket_bytes",
+    "rank_stream_bytes",
+    "rank_replicated_per_token",
+    "rank_split_per_token",
+    "rank_moe_split_per_token",
+    "rank_scores_per_key",
+    "rank_head_per_token",
+    "rank_layout_reason",
+]
+
+_FLOATS = {"dropout", "headroom", "capacity_factor"}
+RECORD_FIELDS = ["model_id", "gpu_id"] + [f.name for f in INPUT_FIELDS[2:]] + GPU_ATTRIBUTES + DERIVED_FIELDS
+RECORD = np.dtype([(n, np.float64 if n in _FLOATS else np.int64) for n in RECORD_FIELDS])
+
+
+def empty_records(n: int) -> np.recarray:
+    """n records holding every input's default (model and GPU attributes zero)."""
+    rec = np.zeros(n, dtype=RECORD).view(np.recarray)
+    for f in INPUT_FIELDS[2:]:
+        rec[f.name] = f.default
+    return rec

@@ -1,0 +1,298 @@
+"""Activations saved for the backward pass, on the most loaded pipeline stage.
+
+Korthikanti et al. 2022 (arXiv:2205.05198, Table 2) count a GPT layer as sbh(34 + 5as/h) bytes: 16-bit
+tensors, 1-byte dropout masks, fused LayerNorm/GeLU/softmax kernels (Megatron). We rebuild that sum from the
+tensors each op saves, so it generalises to GQA, SwiGLU, RMSNorm, no dropout and flash attention, and so the
+Hugging Face modules that `framework = pytorch | fsdp` runs get their own accounting, measured op by op on real
+training steps (data/measured/, `memsim measure`; per-layer anatomy in data/measured/README.md):
+
+    per token, per layer          Megatron / DeepSpeed (fused)        Hugging Face modules
+    norm (x2)                     input h                             LayerNorm: input h + fp32 mean, rstd
+                                                                      RMSNorm: fp32 upcast 4h + normed h + rsqrt
+    projection inputs             one h-sized input per group         under torch.autocast each matmul saves its own
+                                                                      16-bit cast: q, k, v (3, or 1 fused) and
+                                                                      gate, up (2, or 1); LoRA: each adapter's copy
+    q, k, v; out-proj input       a*d, a*d, a*d, a*d (k, v expanded   same; flash keeps k, v unexpanded (g*d) and an
+                                  to every head)                      fp32 logsumexp; sdpa_math upcasts q, k, v to fp32
+    scores (eager, sdpa_math)     softmax a*s + dropout mask + out    softmax in fp32 (Llama; GPT-2 in its dtype
+                                                                      unless autocast), then mask + out or a cast
+    FFN intermediates             GeLU: f in + f out; SwiGLU: 2f + f  GeLU f + f; gelu_new (GPT-2) five tensors;
+                                                                      SwiGLU gate, silu, up, product: 4f
+    dropout masks                 h after attention, h after the FFN  same (1-byte bool masks on CUDA)
+With Megatron's conventions the GPT layer sums to exactly 34 sbh + 5 as^2 b (tests/test_golden.py).
+Tensor parallelism splits everything but the norms, the projection inputs and the h-sized masks (Korthikanti's
+10 sbh); sequence parallelism splits those too; context parallelism splits the sequence.
+"""
+
+from engine.inputs.codes import FFN, ActFn, Attn, Ckpt, Framework, LoraTargets, Norm, PPSchedule, Precision
+from engine.model.common import ceil_div, formula
+from engine.model.params import has_dims, layers_per_stage, n_moe_layers
+from engine.model.states import compute_bytes
+
+
+@formula
+def fused_kernels(c):
+    """Megatron and DeepSpeed run fused norm / activation / softmax kernels; PyTorch and FSDP run HF modules."""
+    return c.framework == Framework.MEGATRON or c.framework == Framework.DEEPSPEED
+
+
+@formula
+def autocast(c):
+    """torch.autocast (framework pytorch, amp): fp32 weights and residual stream, 16-bit matmuls."""
+    p = c.precision
+    return c.framework == Framework.PYTORCH and (p == Precision.AMP_BF16 or p == Precision.AMP_FP16)
+
+
+@formula
+def stream_bytes(c):
+    """Residual-stream element size: fp32 under autocast (its elementwise ops stay fp32), else compute."""
+    return 4 if autocast(c) else compute_bytes(c)
+
+
+@formula
+def matmul_input_bytes(c):
+    """Element size of a saved matmul input: 16-bit (autocast's cast copy), 4 in fp32, 1 in fp8 (TE)."""
+    return 1 if c.precision == Precision.FP8 else compute_bytes(c)
+
+
+@formula
+def has_dropout(c):
+    return c.dropout > 0.0
+
+
+@formula
+def local_tokens(c):
+    """Tokens on one rank, s*b/cp (context parallel splits the sequence; arXiv:2310.01889)."""
+    return ceil_div(c.seq_len, c.cp) * c.micro_batch
+
+
+@formula
+def norm_bytes_per_token(c):
+    """One norm's saved tensors per token (its output is counted as the next projection's input)."""
+    h, st = c.d_model, stream_bytes(c)
+    if fused_kernels(c):
+        return st * h
+    if c.norm_type == Norm.LAYERNORM:
+        return st * h + 8  # input + fp32 mean and rstd (torch native_layer_norm)
+    # fp32 upcast and rsqrt (modeling_llama.py LlamaRMSNorm); `weight * normed` keeps the normed copy only
+    # when the weight trains, which under LoRA it does not.
+    return 4 * h + (st * h if c.lora_rank == 0 else 0) + 4
+
+
+@formula
+def adapted(c, targets):
+    """Whether LoRA adapts a projection group: lora_targets >= targets (qv < attn < all_linear)."""
+    return c.lora_targets >= targets
+
+
+@formula
+def input_copies(c, separate, targets, adapters):
+    """Saved copies of one projection group's input, in bytes per input element.
+
+    Full training: one shared input, or under autocast one 16-bit cast per separate matmul (autocast caches
+    weights, not activations). LoRA: a frozen weight needs no input (autograd saves mm's `self` only when `mat2`
+    requires grad, tools/autograd/derivatives.yaml); each adapter saves its own input cast to its dtype (PEFT
+    keeps adapters in fp32 over a 16-bit base, lora/layer.py _cast_input_dtype), shared when no cast is needed.
+    """
+    if c.lora_rank == 0:
+        n = separate if autocast(c) and not c.fused_projections else 1
+        return n * matmul_input_bytes(c)
+    if not adapted(c, targets):
+        return 0
+    if c.precision == Precision.FP32:
+        return 4
+    n = 1 if c.fused_projections else adapters
+    return n * (2 if autocast(c) else 4)
+
+
+@formula
+def replicated_bytes_per_token(c):
+    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks."""
+    h = c.d_model
+    qv = 3 if c.lora_rank == 0 else (2 if c.lora_targets == LoraTargets.QV else 3)
+    qkv_in = input_copies(c, 3, LoraTargets.QV, qv)
+    n_up = 2 if c.ffn_type == FFN.SWIGLU else 1
+    ffn_in = input_copies(c, n_up, LoraTargets.ALL_LINEAR, n_up)
+    masks = 2 * h if has_dropout(c) else 0
+    return 2 * norm_bytes_per_token(c) + (qkv_in + ffn_in) * h + masks
+
+
+@formula
+def attention_bytes_per_token(c):
+    """q, k, v kept for the attention backward, and the out-projection input (split by TP)."""
+    a, g, d, e = c.n_heads, c.n_kv_heads, c.head_dim, compute_bytes(c)
+    out = input_copies(c, 1, LoraTargets.ATTN, 1) * a * d
+    if c.attention == Attn.FLASH:
+        # FlashAttention-2 (arXiv:2307.08691 Alg. 2): q, k, v (GQA unexpanded), the output, an fp32 logsumexp.
+        return e * (a * d + 2 * g * d) + max(out, e * a * d) + 4 * a
+    qkv = 4 if c.attention == Attn.SDPA_MATH and not fused_kernels(c) else e  # the math path works in fp32
+    return qkv * 3 * a * d + out  # k, v expanded to every query head (repeat_kv)
+
+
+@formula
+def scores_bytes_per_key(c):
+    """The s-by-s attention terms per token and per key attended to (Korthikanti's 5a for Megatron with
+    dropout: softmax output, mask, dropped probabilities); 0 with flash."""
+    if c.attention == Attn.FLASH:
+        return 0
+    a, e = c.n_heads, compute_bytes(c)
+    dropout = has_dropout(c)
+    if fused_kernels(c):
+        return a * (e + (1 + e if dropout else 0))
+    if c.attention == Attn.SDPA_MATH:
+        return a * (4 + (5 if dropout else 0))
+    softmax = 4 if c.softmax_fp32 or autocast(c) else e
+    if dropout:
+        return a * (softmax + 1 + e)  # mask + dropped probabilities in the value dtype
+    return a * (softmax + (e if softmax != e else 0))  # the cast back to the value dtype, for p @ v
+
+
+@formula
+def attention_scores_bytes_per_token(c):
+    """The s-by-s terms per token: each token's query attends to all s keys (ring attention too)."""
+    return c.rank_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
+
+
+@formula
+def scores_bytes_per_token(c):
+    """Scores kept for backward: none under selective recomputation (Korthikanti sec. 4.2)."""
+    return 0 if c.checkpointing == Ckpt.SELECTIVE else attention_scores_bytes_per_token(c)
+
+
+@formula
+def ffn_inner_bytes_per_token(c, inner, tokens_num, tokens_den):
+    """FFN intermediates per token (inner size f), scaled for routed tokens (tokens_num / tokens_den)."""
+    e = compute_bytes(c)
+    down_in = input_copies(c, 1, LoraTargets.ALL_LINEAR, 1)
+    if c.ffn_type == FFN.SWIGLU:
+        kept = 2 * e if fused_kernels(c) else 3 * e  # [gate|up] | gate, silu(gate), up
+    elif c.act_fn == ActFn.GELU_NEW and not fused_kernels(c):
+        math = 4 if autocast(c) else e  # pow runs in fp32 under autocast: x, tanh, 1 + tanh in fp32
+        kept = 3 * math + e  # + 0.5 * x (modeling_gpt2 NewGELUActivation)
+    else:
+        kept = e  # the GeLU input
+    return ceil_div((kept + down_in) * inner * tokens_num, tokens_den)
+
+
+@formula
+def moe_bytes_per_token(c):
+    """A MoE block per token: fp32 router logits and probs, k routed copies of the token, expert intermediates.
+
+    Each token visits top_k experts (Switch, arXiv:2101.03961 sec. 2.1; Mixtral arXiv:2401.04088 sec. 2):
+    on average s*b*k expert-tokens reach the experts of one EP group; the most loaded rank's experts take up
+    to capacity_factor times the average (Switch eq. 3: capacity = tokens * k / E * capacity_factor, the
+    buffers sized to it). The shared experts see every token.
+    """
+    e, k = compute_bytes(c), c.top_k
+    load = int(c.capacity_factor * 1000 + 0.5)  # in thousandths, so the byte count stays an integer
+    router = 2 * 4 * c.n_experts
+    dispatch = ceil_div(e * k * c.d_model * load, 1000)
+    routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k * load, 1000)
+    shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
+    return router + dispatch + routed + shared
+
+
+@formula
+def split_bytes_per_token(c, moe_layer):
+    """Terms that tensor parallelism splits, but the s^2 scores: attention internals and FFN intermediates."""
+    if not moe_layer:
+        return attention_bytes_per_token(c) + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1)
+    return attention_bytes_per_token(c) + moe_bytes_per_token(c)
+
+
+@formula
+def full_layer_bytes(c, moe_layer, scores):
+    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms per token).
+
+    The per-token terms depend only on the model, numerics and layout: derive() keeps them on the record
+    (rank_replicated_per_token, rank_split_per_token, rank_moe_split_per_token)."""
+    tokens, t = local_tokens(c), c.tp
+    replicated = c.rank_replicated_per_token * tokens
+    split_per_token = c.rank_moe_split_per_token if moe_layer else c.rank_split_per_token
+    split = (split_per_token + scores) * tokens
+    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
+
+
+@formula
+def layer_activation_bytes(c, moe_layer):
+    """Bytes one layer keeps for backward for one micro-batch (Korthikanti Table 2, generalised).
+
+    Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
+    """
+    if c.checkpointing == Ckpt.FULL:
+        kept = c.rank_stream_bytes * local_tokens(c) * c.d_model
+        return ceil_div(kept, c.tp) if c.sp else kept
+    return full_layer_bytes(c, moe_layer, scores_bytes_per_token(c))
+
+
+@formula
+def in_flight_layer_factor(c):
+    """Micro-batches x layers the first stage holds, as (numerator, denominator) of L/p layers.
+
+    1F1B: min(p, m) micro-batches (PipeDream-Flush, arXiv:2104.04473 sec. 2.2); interleaved with v virtual
+    stages: p * (1 + (p-1)/(p*v)) (Korthikanti Eq. 5 and sec. 6); GPipe: all m micro-batches.
+    """
+    p, m, v = c.pp, c.grad_accum, c.vpp
+    if p == 1:
+        return 1, 1
+    if c.pp_schedule == PPSchedule.GPIPE:
+        return m, 1
+    if c.pp_schedule == PPSchedule.INTERLEAVED:
+        return p * v + p - 1, v
+    return min(p, m), 1
+
+
+@formula
+def stage_layer_activation_bytes(c):
+    """All transformer layers' activations alive on the first stage at the end of the forward pass."""
+    lps = layers_per_stage(c)
+    moe_layers = min(lps, n_moe_layers(c))
+    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, False)
+    if moe_layers > 0:
+        per_microbatch += moe_layers * layer_activation_bytes(c, True)
+    num, den = in_flight_layer_factor(c)
+    return ceil_div(per_microbatch * num, den)
+
+
+@formula
+def embedding_activation_bytes(c):
+    """First stage, per micro-batch in flight: the embedding dropout mask (GPT-2, BERT); else nothing."""
+    if not has_dropout(c):
+        return 0
+    kept = local_tokens(c) * c.d_model
+    return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
+def head_activation_bytes(c):
+    """Last stage, one micro-batch: the final norm and the LM head's input (a frozen head under LoRA keeps
+    none). The loss's own tensors are temporaries (temporaries.py)."""
+    if not c.lm_head:
+        return 0
+    kept = local_tokens(c) * c.rank_head_per_token
+    return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
+def head_bytes_per_token(c):
+    """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA)."""
+    head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
+    return norm_bytes_per_token(c) + head_in * c.d_model
+
+
+@formula
+def activation_bytes(c):
+    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
+    if not has_dims(c):
+        return 0
+    num, den = in_flight_layer_factor(c)
+    first = stage_layer_activation_bytes(c) + ceil_div(embedding_activation_bytes(c) * num, den)
+    return first + (head_activation_bytes(c) if c.pp == 1 else 0)
+
+
+@formula
+def recompute_bytes(c):
+    """Full recomputation rebuilds one layer's activations, scores included, during backward."""
+    if c.checkpointing != Ckpt.FULL or not has_dims(c):
+        return 0
+    return full_layer_bytes(c, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c))

@@ -1,0 +1,370 @@
+"""The model and GPU catalogs (data/models.toml, data/gpus.toml): load, check, resolve names, tabulate.
+
+Each TOML table is one entry, keyed as CONFIG.md says (`llama-3.1-8b`, `h100-sxm-80gb`). Loading checks every
+entry against a schema (known fields only, required fields, types, allowed strings) and fails with one line
+naming the file, the entry and the field. Names resolve case-insensitively through keys and `aliases`; a model
+may also be a path to a Hugging Face config.json (engine.inputs.hf_config).
+"""
+
+import difflib
+import functools
+import hashlib
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from engine import DATA_DIR
+from engine.inputs import vocabulary as config
+from engine.errors import UserError
+from engine.inputs.hf_config import model_from_hf_config
+
+MODELS_PATH = DATA_DIR / "models.toml"
+GPUS_PATH = DATA_DIR / "gpus.toml"
+
+_STR, _INT, _BOOL, _FLOAT, _LIST = "str", "int", "bool", "float", "list[str]"
+# The model's categorical fields (ffn_type, norm_type, linear_bias) are spelled as their member names, lowercase.
+# Not codes.name_of: its _SPELLING dict is keyed by IntEnum members, which hash by value, so every member
+# equal to 0 (FFN.GELU, Norm.LAYERNORM, Bias.NONE) comes back as "1f1b".
+_CODES = {
+    f.name: {m.name.lower(): m for m in f.kind} for f in config.MODEL_FIELDS if not isinstance(f.kind, str)
+}
+_ENUM_NAMES = {name: set(spellings) for name, spellings in _CODES.items()}
+
+# field -> kind; a set of strings is an enumerated str field.
+MODEL_SCHEMA = {f.name: _ENUM_NAMES.get(f.name, f.kind) for f in config.MODEL_FIELDS} | {
+    "source": _STR,
+    "family": _STR,
+    "arch": {"decoder", "encoder", "encoder-decoder"},
+    "dropout": _FLOAT,
+    "exact_count": _BOOL,
+    "count_note": _STR,
+    "note": _STR,
+    "aliases": _LIST,
+    "tags": _LIST,
+}
+GPU_SCHEMA = {
+    "name": _STR,
+    "vendor": {"nvidia", "amd"},
+    "arch": {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3"},
+    "hbm_bytes": _INT,
+    "memory_note": _STR,
+    "bandwidth_bytes_per_s": _INT,
+    "bf16_tflops": _FLOAT,
+    "fp16_tflops": _FLOAT,
+    "usd_per_hour": _FLOAT,
+    "price_source": _STR,
+    "gpus_per_node": _INT,
+    "host_ram_bytes_per_node": _INT,
+    "node": _STR,
+    "source": _STR,
+    "note": _STR,
+    "aliases": _LIST,
+    "tags": _LIST,
+}
+MODEL_REQUIRED = ("source",)
+GPU_REQUIRED = ("name", "vendor", "arch", "hbm_bytes", "source")
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+
+def _kind_ok(value, kind) -> bool:
+    if isinstance(kind, set):
+        return isinstance(value, str) and value in kind
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind == _FLOAT:
+        return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    if kind == _LIST:
+        return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+    return isinstance(value, {_STR: str, _BOOL: bool}[kind])
+
+
+def _kind_text(kind) -> str:
+    if isinstance(kind, set):
+        return "one of " + ", ".join(sorted(kind))
+    return {_INT: "a non-negative integer", _FLOAT: "a non-negative number"}.get(kind, kind)
+
+
+def _check_entry(where: str, entry: dict, schema: dict, required: tuple):
+    """Raise UserError for the first unknown field, missing required field or wrong type."""
+    for field, value in entry.items():
+        if field not in schema:
+            near = difflib.get_close_matches(field, schema, n=3)
+            hint = f" — did you mean: {', '.join(near)}?" if near else f" (known: {', '.join(schema)})"
+            raise UserError(f"{where}: unknown field '{field}'{hint}")
+        if not _kind_ok(value, schema[field]):
+            raise UserError(f"{where}: '{field}' must be {_kind_text(schema[field])}, got {value!r}")
+    for field in required:
+        if field not in entry:
+            raise UserError(f"{where}: missing required field '{field}'")
+
+
+def _check_model(where: str, entry: dict):
+    _check_entry(where, entry, MODEL_SCHEMA, MODEL_REQUIRED)
+    dims = all(entry.get(f, 0) > 0 for f in ("n_layers", "d_model", "n_heads", "vocab"))
+    if not dims and entry.get("n_params", 0) == 0:
+        raise UserError(f"{where}: give the dims (n_layers, d_model, n_heads, vocab) or n_params")
+    if entry.get("exact_count") is False and not (entry.get("n_params") and entry.get("count_note")):
+        raise UserError(f"{where}: exact_count = false needs n_params and a count_note saying why")
+    if dims and entry["n_heads"] % (entry.get("n_kv_heads") or entry["n_heads"]):
+        raise UserError(f"{where}: n_heads {entry['n_heads']} is not a multiple of n_kv_heads")
+
+
+def _check_gpu(where: str, entry: dict):
+    _check_entry(where, entry, GPU_SCHEMA, GPU_REQUIRED)
+    if entry["hbm_bytes"] == 0:
+        raise UserError(f"{where}: hbm_bytes must be positive")
+    if "usd_per_hour" in entry and "price_source" not in entry:
+        raise UserError(f"{where}: usd_per_hour needs a price_source (provider, instance, date)")
+
+
+def parse_catalog(path: Path, kind: str) -> dict[str, dict]:
+    """Entries of one catalog file, each checked against its schema; names (keys, aliases) must be unique.
+
+    Parameters
+    ----------
+    path : Path
+        A TOML file with one table per entry.
+    kind : {"model", "gpu"}
+        Which schema the entries follow.
+
+    Returns
+    -------
+    dict[str, dict]
+        Key -> entry as written, in file order.
+    """
+    check = {"model": _check_model, "gpu": _check_gpu}[kind]
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"{path}: cannot read catalog: {e}") from None
+    owner = {}  # every lowercase name (key or alias) -> its key
+    for key, entry in data.items():
+        where = f"{Path(path).name} [{key}]"
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: expected a table, got {entry!r}")
+        if key != key.lower() or " " in key:
+            raise UserError(f"{where}: keys are lowercase words joined by '-'")
+        check(where, entry)
+        for name in [key, *entry.get("aliases", [])]:
+            name = name.lower()
+            if owner.setdefault(name, key) != key:
+                raise UserError(f"{where}: name '{name}' already belongs to [{owner[name]}]")
+    return data
+
+
+@functools.cache
+def load_models() -> dict[str, dict]:
+    """The model catalog, checked: key -> entry as written in data/models.toml (cached; do not mutate).
+
+    Examples
+    --------
+    >>> load_models()["llama-2-7b"]["d_ff"]
+    11008
+    """
+    return parse_catalog(MODELS_PATH, "model")
+
+
+@functools.cache
+def load_gpus() -> dict[str, dict]:
+    """The GPU catalog, checked: key -> entry as written in data/gpus.toml (cached; do not mutate).
+
+    Examples
+    --------
+    >>> load_gpus()["h100-sxm-80gb"]["hbm_bytes"]
+    85045477376
+    """
+    return parse_catalog(GPUS_PATH, "gpu")
+
+
+def catalog_version() -> str:
+    """A short content hash of both catalog files (12 hex digits), for the Parquet footer.
+
+    Examples
+    --------
+    >>> len(catalog_version())
+    12
+    """
+    digest = hashlib.sha256(MODELS_PATH.read_bytes() + b"\0" + GPUS_PATH.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------------- names
+
+
+def _index(entries: dict) -> dict[str, str]:
+    return {n.lower(): key for key, e in entries.items() for n in [key, *e.get("aliases", [])]}
+
+
+def _nearest(name: str, entries: dict) -> tuple[list[str], bool]:
+    """Keys nearest to `name` and whether `name` is ambiguous (a prefix of several keys).
+
+    Keys that start with the name come first, then keys sharing its first word, each by similarity.
+    """
+    index = _index(entries)
+    prefix = [k for k in entries if k.startswith(name)]
+    if len(prefix) > 1:
+        return prefix, True
+    head = name.split("-")[0]
+    ratio = {k: 0.0 for k in entries}
+    for n, key in index.items():
+        ratio[key] = max(ratio[key], difflib.SequenceMatcher(None, name, n).ratio())
+    ranked = sorted(entries, key=lambda k: (k not in prefix, k.split("-")[0] != head, -ratio[k]))
+    near = [k for k in ranked if k in prefix or k.split("-")[0] == head or ratio[k] >= 0.6]
+    return near[:3], False
+
+
+def _resolve(name: str, entries: dict) -> str | None:
+    """The key `name` stands for (case-insensitive key or alias), or None."""
+    return _index(entries).get(str(name).strip().lower())
+
+
+def _unknown(kind: str, name: str, entries: dict) -> UserError:
+    if not str(name).strip():
+        return UserError(f"empty {kind} name — give a catalog key (e.g. {next(iter(entries))})")
+    near, ambiguous = _nearest(str(name).strip().lower(), entries)
+    what = "ambiguous" if ambiguous else "unknown"
+    hint = f" — did you mean: {', '.join(near)}?" if near else f" — no close match among the {len(entries)} {kind}s"
+    return UserError(f"{what} {kind} '{name}'{hint}")
+
+
+def resolve_model(name: str) -> dict:
+    """The model a name stands for: a catalog key, an alias, or a path to a Hugging Face config.json.
+
+    Parameters
+    ----------
+    name : str
+        ``llama-3.1-8b``, ``meta-llama/Llama-3.1-8B`` (an alias), ``path/to/config.json`` or a model directory.
+
+    Returns
+    -------
+    dict
+        A copy of the entry's fields plus ``model`` (the catalog key, or the path as given).
+
+    Raises
+    ------
+    UserError
+        Unknown or ambiguous name, with the nearest keys; or a bad config.json.
+
+    Examples
+    --------
+    >>> resolve_model("Llama-2-7B")["model"]
+    'llama-2-7b'
+    """
+    models = load_models()
+    key = _resolve(name, models)
+    if key is not None:
+        return {"model": key} | models[key]
+    path = Path(name)
+    if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
+        return {"model": str(name), "source": str(path)} | model_from_hf_config(path)
+    if path.suffix == ".json":
+        raise UserError(f"no such model config file: {name}")
+    raise _unknown("model", name, models)
+
+
+def resolve_gpu(name: str) -> dict:
+    """The GPU a name stands for: a catalog key or alias, case-insensitive.
+
+    Parameters
+    ----------
+    name : str
+        ``h100-sxm-80gb``, or an alias such as ``h100`` or ``a100-80gb``.
+
+    Returns
+    -------
+    dict
+        A copy of the entry plus ``gpu`` (the key).
+
+    Raises
+    ------
+    UserError
+        Unknown or ambiguous name, with the nearest keys.
+
+    Examples
+    --------
+    >>> resolve_gpu("H100")["gpu"]
+    'h100-sxm-80gb'
+    """
+    gpus = load_gpus()
+    key = _resolve(name, gpus)
+    if key is None:
+        raise _unknown("gpu", name, gpus)
+    return {"gpu": key} | gpus[key]
+
+
+# ---------------------------------------------------------------------------------------------------- records, tables
+
+
+def model_fields(entry: dict) -> dict:
+    """Every MODEL_FIELDS value of an entry, defaults filled in (categorical ones as CONFIG.md strings).
+
+    Examples
+    --------
+    >>> model_fields(load_models()["gpt2"])["norms_per_layer"]
+    2
+    """
+    out = {}
+    for f in config.MODEL_FIELDS:
+        default = f.default.name.lower() if f.name in _CODES else f.default
+        out[f.name] = entry.get(f.name, default)
+    return out
+
+
+def model_record(entry: dict) -> np.record:
+    """One engine.inputs.vocabulary.RECORD holding the entry's model fields (and dropout); every other input at its default.
+
+    Examples
+    --------
+    >>> from engine.model.params import param_count
+    >>> int(param_count(model_record(load_models()["llama-2-7b"])))
+    6738415616
+    """
+    rec = config.empty_records(1)[0]
+    for name, value in model_fields(entry).items():
+        rec[name] = _CODES[name][value] if name in _CODES else value
+    if "dropout" in entry:
+        rec["dropout"] = entry["dropout"]
+    return rec
+
+
+def _table(key_column: str, entries: dict, schema: dict) -> pl.DataFrame:
+    dtypes = {_STR: pl.String, _INT: pl.Int64, _BOOL: pl.Boolean, _FLOAT: pl.Float64, _LIST: pl.List(pl.String)}
+    columns = {key_column: pl.String} | {f: dtypes[k] if isinstance(k, str) else pl.String for f, k in schema.items()}
+    rows = [{key_column: key} | {f: e.get(f) for f in schema} for key, e in entries.items()]
+    return pl.DataFrame(rows, schema=columns)
+
+
+def models_table() -> pl.DataFrame:
+    """One row per catalog model: ``model``, every MODEL_FIELDS column (defaults filled), the extra fields.
+
+    ``n_params`` is the published count, or ``param_count`` of the dims where none is given; counts are Int64.
+
+    Examples
+    --------
+    >>> models_table().filter(pl.col("model") == "gpt2")["n_params"].item()
+    124439808
+    """
+    from engine.model.params import param_count  # numba compiles on first import
+
+    entries = {}
+    for key, e in load_models().items():
+        fields = model_fields(e)
+        if fields["n_params"] == 0:
+            fields["n_params"] = int(param_count(model_record(e)))
+        entries[key] = e | fields | {"dropout": e.get("dropout", 0.0), "exact_count": e.get("exact_count", True)}
+    return _table("model", entries, MODEL_SCHEMA)
+
+
+def gpus_table() -> pl.DataFrame:
+    """One row per catalog GPU: ``gpu`` and every field (bytes as Int64, null where an entry leaves it out).
+
+    Examples
+    --------
+    >>> gpus_table().schema["hbm_bytes"]
+    Int64
+    """
+    return _table("gpu", load_gpus(), GPU_SCHEMA)

@@ -1,0 +1,248 @@
+"""Model states: weights, gradients and optimizer states resident on one GPU.
+
+Bytes per parameter by precision and framework convention (full training, before ZeRO):
+
+    precision / framework        weights  grads  optimizer (Adam)              source
+    fp32                         4        4      8  (m, v)                     torch.optim.AdamW
+    bf16, fp16 (pure)            2        2      4  (m, v in the param dtype)  torch.optim.AdamW
+    amp_*  pytorch, fsdp         4        4      8  (fp32 params, autocast)    torch.amp; FSDP flat params
+    amp_*  deepspeed             2        2      12 (fp32 master, m, v)        ZeRO, arXiv:1910.02054 sec. 3.1, K = 12
+    amp_*  megatron              2        4      12 (fp32 main grads)          megatron/training/theoretical_memory_usage.py (18 B)
+    fp8                          as amp_bf16 of the framework, + fp8 weight and transpose copies (Transformer Engine)
+
+ZeRO (arXiv:1910.02054 sec. 5): stage >= 1 shards optimizer states, >= 2 gradients, 3 weights over the
+data-parallel group (dp * cp, as Megatron's distributed optimizer does; routed experts over dp * cp / ep).
+Offload (ZeRO-Offload, arXiv:2101.06840 sec. 4) moves optimizer states and fp32 gradients to host RAM;
+`optimizer_params` (ZeRO-Infinity) moves the weights too. LoRA (arXiv:2106.09685): the base is frozen
+(no gradients, no states) and stored as `base_quant` says (QLoRA, arXiv:2305.14314 sec. 3).
+"""
+
+from engine.inputs.codes import FFN, Framework, Offload, Optimizer, Precision, Quant
+from engine.model.common import ceil_div, formula
+from engine.model.params import (
+    expert_params_per_gpu,
+    has_dims,
+    head_dim,
+    kv_heads,
+    layers_per_stage,
+    lora_params_per_gpu,
+    nonexpert_params_per_gpu,
+    params_per_gpu,
+    trainable_params_per_gpu,
+)
+
+
+@formula
+def is_amp(c):
+    """fp32 master weights with half-precision compute: amp_bf16, amp_fp16, and fp8 (TE keeps a master)."""
+    p = c.precision
+    return p == Precision.AMP_BF16 or p == Precision.AMP_FP16 or p == Precision.FP8
+
+
+@formula
+def compute_bytes(c):
+    """Bytes of one activation element: 4 in fp32, else 2 (fp8 recipes keep activations in bf16)."""
+    return 4 if c.precision == Precision.FP32 else 2
+
+
+@formula
+def half_weights(c):
+    """True when the framework keeps the trainable weights themselves in 16 bits."""
+    if c.precision == Precision.BF16 or c.precision == Precision.FP16:
+        return True
+    return is_amp(c) and (c.framework == Framework.DEEPSPEED or c.framework == Framework.MEGATRON)
+
+
+@formula
+def weight_bytes_per_param(c):
+    return 4 if c.precision == Precision.FP32 or not half_weights(c) else 2
+
+
+@formula
+def grad_bytes_per_param(c):
+    """Gradient element size: Megatron accumulates fp32 main grads, DeepSpeed fp16/bf16 grads."""
+    if c.precision == Precision.FP32:
+        return 4
+    if is_amp(c):
+        return 2 if c.framework == Framework.DEEPSPEED else 4
+    return 2
+
+
+@formula
+def state_bytes(c):
+    """Element size of optimizer moments: fp32, except for pure bf16/fp16 where they follow the params."""
+    return 2 if c.precision == Precision.BF16 or c.precision == Precision.FP16 else 4
+
+
+@formula
+def master_bytes_per_param(c):
+    """fp32 master copy kept by the optimizer when the weights are half precision (K includes it)."""
+    if c.optimizer == Optimizer.NONE:
+        return 0
+    return 4 if is_amp(c) and half_weights(c) else 0
+
+
+@formula
+def moment_bytes_per_param(c):
+    """Optimizer moments per parameter.
+
+    Adam/AdamW m and v; SGD with momentum and Lion (arXiv:2302.06675 Alg. 1) one buffer; 8-bit Adam
+    (bitsandbytes, arXiv:2110.02861 sec. 2) 1 byte per moment + one fp32 absmax per 256-block:
+    2 * (1 + 4/256) = 2.03125 bytes, counted block by block in eight_bit_bytes.
+    Adafactor's factored moment is counted separately (adafactor_state_elements).
+    """
+    o = c.optimizer
+    if o == Optimizer.ADAM or o == Optimizer.ADAMW:
+        return 2 * state_bytes(c)
+    if o == Optimizer.SGD_MOMENTUM or o == Optimizer.LION:
+        return state_bytes(c)
+    return 0
+
+
+@formula
+def adafactor_state_elements(c):
+    """Adafactor's factored second moment (arXiv:1804.04235 sec. 3): rows + cols per matrix, full vectors.
+
+    Per block: q, o (h + a*d) each, k, v (h + g*d) each, FFN n*(h + f) ... the norms' vectors in full.
+    The embedding and head factor to V + h each. Split over TP like the matrices.
+    """
+    if not has_dims(c):
+        return 0
+    h, a, g, d, f = c.d_model, c.n_heads, kv_heads(c), head_dim(c), max(c.d_ff, c.moe_d_ff)
+    n_mats = 3 if c.ffn_type == FFN.SWIGLU else 2
+    block = 2 * (h + a * d) + 2 * (h + g * d) + n_mats * (h + f) + c.norms_per_layer * h
+    return ceil_div(layers_per_stage(c) * block + 2 * (c.vocab + h), c.tp)
+
+
+@formula
+def zero_group(c, expert):
+    """Ranks that share one copy of the states: dp * cp, or dp * cp / ep for routed experts."""
+    n = c.dp * c.cp
+    return max(1, n // c.ep) if expert else n
+
+
+@formula
+def sharded(c, n, min_stage, expert):
+    """n bytes, divided over the ZeRO group when zero_stage >= min_stage."""
+    if c.zero_stage >= min_stage:
+        return ceil_div(n, zero_group(c, expert))
+    return n
+
+
+@formula
+def frozen(c):
+    """The base model does not train: LoRA adapters train instead, or there is no optimizer at all."""
+    return c.lora_rank > 0 or c.optimizer == Optimizer.NONE
+
+
+@formula
+def trainable_weight_bytes(c):
+    """Weights that train: every parameter, split into non-expert and expert ZeRO groups."""
+    b = weight_bytes_per_param(c)
+    if frozen(c):
+        return sharded(c, b * lora_params_per_gpu(c), 3, False)
+    dense = sharded(c, b * nonexpert_params_per_gpu(c), 3, False)
+    return dense + sharded(c, b * expert_params_per_gpu(c), 3, True)
+
+
+@formula
+def quantized_bytes(n):
+    """NF4 with double quantization: n/2 + one 8-bit absmax per 64 + one fp32 per 256 absmaxes.
+
+    QLoRA arXiv:2305.14314 sec. 3: 4 + 8/64 + 32/(64*256) = 4.127 bits per parameter.
+    """
+    return ceil_div(n, 2) + ceil_div(n, 64) + 4 * ceil_div(n, 64 * 256)
+
+
+@formula
+def frozen_base_bytes(c):
+    """LoRA's frozen base: linear weights as base_quant says, embedding/head/norms in 16 bits.
+
+    int8 (LLM.int8, arXiv:2208.07339): 1 byte per weight + an fp32 scale per output row (~0.1%, left out).
+    """
+    n = params_per_gpu(c)
+    if c.base_quant == Quant.NONE:
+        return sharded(c, weight_bytes_per_param(c) * n, 3, False)
+    unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings else 2), c.tp * c.pp)
+    linear = max(0, n - unquantized)
+    q = quantized_bytes(linear) if c.base_quant == Quant.NF4 else linear
+    return sharded(c, q + 2 * unquantized, 3, False)
+
+
+@formula
+def fp8_weight_copy_bytes(c):
+    """Transformer Engine caches an fp8 copy of each linear weight and its transpose: 1 + 1 bytes."""
+    if c.precision != Precision.FP8:
+        return 0
+    linear = max(0, params_per_gpu(c) - ceil_div(c.vocab * c.d_model, c.tp))
+    return 2 * linear
+
+
+@formula
+def offloads_weights(c):
+    return c.offload == Offload.OPTIMIZER_PARAMS
+
+
+@formula
+def offloads_optimizer(c):
+    return c.offload != Offload.NONE
+
+
+@formula
+def device_weight_bytes(c):
+    """Weights resident on the GPU (between gathers): trainable + frozen base + fp8 copies."""
+    total = trainable_weight_bytes(c) + fp8_weight_copy_bytes(c)
+    if frozen(c):
+        total += frozen_base_bytes(c)
+    return 0 if offloads_weights(c) else total
+
+
+@formula
+def device_grad_bytes(c):
+    """Gradients resident on the GPU: sharded from ZeRO-2; on the host when the optimizer is offloaded."""
+    if offloads_optimizer(c) or c.optimizer == Optimizer.NONE:
+        return 0
+    b = grad_bytes_per_param(c)
+    if c.lora_rank > 0:
+        return sharded(c, b * lora_params_per_gpu(c), 2, False)
+    dense = sharded(c, b * nonexpert_params_per_gpu(c), 2, False)
+    return dense + sharded(c, b * expert_params_per_gpu(c), 2, True)
+
+
+@formula
+def optimizer_bytes_unplaced(c):
+    """Master weights + moments for the trainable parameters on this rank, after ZeRO-1 sharding."""
+    per_param = master_bytes_per_param(c) + moment_bytes_per_param(c)
+    if c.lora_rank > 0:
+        n_dense, n_expert = lora_params_per_gpu(c), 0
+    else:
+        n_dense, n_expert = nonexpert_params_per_gpu(c), expert_params_per_gpu(c)
+    dense = per_param * n_dense + eight_bit_bytes(c, n_dense)
+    expert = per_param * n_expert + eight_bit_bytes(c, n_expert)
+    if c.optimizer == Optimizer.ADAFACTOR:
+        dense += state_bytes(c) * (adafactor_state_elements(c) if c.lora_rank == 0 else n_dense)
+    return sharded(c, dense, 1, False) + sharded(c, expert, 1, True)
+
+
+@formula
+def eight_bit_bytes(c, n):
+    """8-bit Adam: two 1-byte moments + an fp32 absmax per 256 values each (bitsandbytes blockwise)."""
+    if c.optimizer != Optimizer.ADAMW_8BIT:
+        return 0
+    return 2 * (n + 4 * ceil_div(n, 256))
+
+
+@formula
+def device_optimizer_bytes(c):
+    return 0 if offloads_optimizer(c) else optimizer_bytes_unplaced(c)
+
+
+@formula
+def host_bytes(c):
+    """Host RAM the offload needs per GPU: fp32 states and fp32 gradients (ZeRO-Offload), and weights."""
+    total = 0
+    if offloads_optimizer(c):
+        total += optimizer_bytes_unplaced(c) + sharded(c, 4 * trainable_params_per_gpu(c), 1, False)
+    if offloads_weights(c):
+        total += trainable_weight_bytes(c) + (frozen_base_bytes(c) if frozen(c) else 0)
+    return total

@@ -1,0 +1,157 @@
+"""Transient buffers: alive for part of a step, and often what sets the peak.
+
+    logits and loss     the LM head's s*b*V logits and the loss's fp32 copies (often the peak at V = 128k)
+    ZeRO-3 / FSDP       gathered full blocks in flight (current + prefetched) and the unsharded block grads
+    DDP buckets         PyTorch DDP's gradient buckets, a second copy of the grads (gradient_as_bucket_view=False)
+    autocast cache      torch.autocast's 16-bit copies of fp32 weights, saved for backward by each matmul
+    optimizer step      foreach AdamW's sqrt(v) buffer, DeepSpeed's fp32 gradient partition, Adafactor's update
+    backward workspace  one layer's gradient buffers; full recomputation's rebuilt layer
+"""
+
+from engine.inputs.codes import Attn, Framework, Optimizer, Precision, Quant
+from engine.model.activations import fused_kernels, local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
+from engine.model.params import has_dims, largest_layer_params
+from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, sharded, state_bytes
+
+
+@formula
+def logits_bytes(c):
+    """The LM head's output, s*b*V/t in the compute dtype (vocab-parallel over TP, Megatron)."""
+    if not c.lm_head:
+        return 0
+    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, c.tp)
+
+
+@formula
+def fp32_logits_bytes(c):
+    if not c.lm_head:
+        return 0
+    return ceil_div(4 * local_tokens(c) * c.vocab, c.tp)
+
+
+@formula
+def loss_forward_bytes(c):
+    """Loss tensors at their forward peak (inside cross_entropy), logits included.
+
+    HF ForCausalLMLoss (transformers/loss/loss_utils.py): logits in the compute dtype, logits.float() (a copy
+    unless already fp32), then log_softmax's fp32 output, which it saves. Measured: the forward peak of the
+    loss is 10 bytes per token and vocabulary entry in bf16. Megatron (tensor_parallel/cross_entropy.py):
+    16-bit logits and one fp32 copy, exponentiated in place and saved.
+    """
+    if not has_dims(c):
+        return 0
+    if fused_kernels(c):
+        return logits_bytes(c) + fp32_logits_bytes(c)
+    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
+    return logits_bytes(c) + upcast + fp32_logits_bytes(c)
+
+
+@formula
+def loss_backward_bytes(c):
+    """Loss tensors at the start of backward, the usual peak: the saved fp32 log-probs, the nll gradient and
+    log_softmax's input gradient, 12 bytes per token and vocabulary entry (measured: the peak op is
+    _log_softmax_backward_data); the logits themselves are gone once the training loop drops the outputs.
+    Megatron computes the gradient in place in its saved buffer, then casts it to 16 bits."""
+    if not has_dims(c):
+        return 0
+    if fused_kernels(c):
+        return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
+    return 3 * fp32_logits_bytes(c)
+
+
+@formula
+def zero3_gather_bytes(c):
+    """ZeRO-3 / FSDP FULL_SHARD: the current and the prefetched block, gathered in the compute dtype.
+
+    FSDP (arXiv:2304.11277 sec. 3.3, forward/backward prefetch); DeepSpeed stage3 prefetch buckets.
+    """
+    if c.zero_stage < 3 or c.dp * c.cp == 1:
+        return 0
+    return 2 * compute_bytes(c) * c.rank_block_params
+
+
+@formula
+def zero3_grad_bytes(c):
+    """ZeRO-3 / FSDP backward: one block's unsharded gradients before their reduce-scatter."""
+    if c.zero_stage < 3 or c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
+        return 0
+    return grad_bytes_per_param(c) * min(c.rank_block_params, c.rank_trainable_params)
+
+
+@formula
+def ddp_bucket_bytes(c):
+    """PyTorch DDP buckets: a flat copy of every gradient (torch/nn/parallel/distributed.py, bucket views
+    are off by default). DeepSpeed ZeRO-1/2: the reduce bucket, 5e8 elements by default (reduce_bucket_size)."""
+    if c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
+        return 0
+    grads = grad_bytes_per_param(c) * c.rank_trainable_params
+    if c.framework == Framework.PYTORCH and c.zero_stage == 0:
+        return grads
+    if c.framework == Framework.DEEPSPEED and (c.zero_stage == 1 or c.zero_stage == 2):
+        return min(grads, grad_bytes_per_param(c) * 500_000_000)
+    return 0
+
+
+@formula
+def autocast_cache_bytes(c):
+    """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
+    2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
+    if c.framework != Framework.PYTORCH or not is_amp(c) or c.precision == Precision.FP8:
+        return 0
+    if c.zero_stage == 3 and c.dp * c.cp > 1:
+        return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
+    if c.lora_rank > 0 and c.base_quant != Quant.NONE:
+        return 0  # bitsandbytes dequantizes instead of casting
+    # Lookup tables are never cast: the token embedding unless it doubles as the (cast) LM head, positions.
+    lookups = (0 if c.tied_embeddings and c.lm_head else c.vocab * c.d_model) + c.n_positions * c.d_model
+    return 2 * max(0, c.rank_params - ceil_div(lookups, c.tp * c.pp))
+
+
+@formula
+def dequant_bytes(c):
+    """QLoRA / int8 LoRA: one linear weight dequantized to 16 bits at a time (bitsandbytes MatMul4Bit)."""
+    if c.lora_rank == 0 or c.base_quant == Quant.NONE:
+        return 0
+    return 2 * ceil_div(c.d_model * max(c.d_ff, c.moe_d_ff), c.tp)
+
+
+@formula
+def optimizer_step_bytes(c):
+    """Buffers the optimizer step allocates.
+
+    torch AdamW (foreach, the CUDA default; torch/optim/adamw.py _multi_tensor_adamw): torch._foreach_sqrt
+    of exp_avg_sq, one state-sized buffer. Megatron and DeepSpeed use fused Adam (no such buffer);
+    DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py). Adafactor
+    (transformers/optimization.py) and Lion work per tensor: update buffers of the largest tensor.
+    """
+    n, o = c.rank_trainable_params, c.optimizer
+    if o == Optimizer.NONE:
+        return 0
+    if c.framework == Framework.DEEPSPEED:
+        return sharded(c, 4 * n, 1, False) if is_amp(c) else 0
+    if c.framework == Framework.MEGATRON:
+        return 0
+    largest = min(n, ceil_div(largest_layer_params(c), c.tp))
+    if o == Optimizer.ADAM or o == Optimizer.ADAMW:
+        return sharded(c, state_bytes(c) * n, 1, False)
+    if o == Optimizer.ADAFACTOR:
+        return 3 * 4 * largest  # grad.float(), grad**2 + eps, the approximated update
+    if o == Optimizer.LION:
+        return 2 * state_bytes(c) * largest
+    return 0
+
+
+@formula
+def backward_workspace_bytes(c):
+    """One layer's gradient buffers in backward: the grads of its widest intermediates (FFN f or the
+    s-by-s scores in eager attention, fp32 in HF's softmax), plus the incoming and outgoing grads of h."""
+    if not has_dims(c):
+        return 0
+    tokens, e = local_tokens(c), compute_bytes(c)
+    ffn = 2 * e * tokens * max(c.d_ff, c.moe_d_ff * max(c.top_k, 1))
+    scores = 0
+    if c.attention != Attn.FLASH:
+        scores = (4 + e) * c.micro_batch * c.n_heads * ceil_div(c.seq_len, c.cp) * c.seq_len
+    h_grads = 2 * stream_bytes(c) * tokens * c.d_model
+    return ceil_div(max(ffn, scores), c.tp) + h_grads
