@@ -37,8 +37,26 @@ class Framework(IntEnum):
 
 class Ckpt(IntEnum):
     NONE = 0
-    SELECTIVE = 1
-    FULL = 2
+    SELECTIVE = 1  # Megatron: the attention core recomputed
+    FULL = 2  # only each checkpointed layer's input kept
+    SELECTIVE_OP = 3  # PyTorch selective activation checkpointing with torchtitan's op policy
+
+
+class OptimizerImpl(IntEnum):
+    FOREACH = 0  # torch.optim's default on CUDA: state-sized intermediates
+    FUSED = 1  # one kernel per parameter group, no intermediates
+    FORLOOP = 2  # one parameter at a time
+
+
+class LossImpl(IntEnum):
+    STANDARD = 0  # the whole s*b*V logits, upcast to fp32
+    CHUNKED = 1  # torchtune: the loss over loss_chunks slices of the tokens
+    FUSED_LINEAR = 2  # Liger / Cut Cross-Entropy: LM head and loss fused, logits never whole
+
+
+class ZeroGrad(IntEnum):
+    NONE = 0  # set_to_none=True: gradients freed after each step
+    ZEROS = 1  # set_to_none=False: kept allocated between steps
 
 
 class Attn(IntEnum):
@@ -159,6 +177,9 @@ CHOICES = {
     "base_quant": Quant,
     "offload": Offload,
     "pp_schedule": PPSchedule,
+    "optimizer_impl": OptimizerImpl,
+    "loss_impl": LossImpl,
+    "zero_grad": ZeroGrad,
     "ffn_type": FFN,
     "act_fn": ActFn,
     "norm_type": Norm,

@@ -20,8 +20,8 @@ from engine.model.derived import derive_layout
 from engine.model.params import param_count
 
 MODEL_FIELD_NAMES = [f.name for f in MODEL_FIELDS]
-POSITIVE = {"seq_len", "micro_batch", "grad_accum", "tp", "pp", "cp", "ep", "vpp"}
-NON_NEGATIVE = {f.name for f in MODEL_FIELDS} | {"n_gpus", "dp", "lora_rank"} | set(GPU_ATTRIBUTES)
+POSITIVE = {"seq_len", "micro_batch", "grad_accum", "tp", "pp", "cp", "ep", "vpp", "loss_chunks", "checkpoint_every"}
+NON_NEGATIVE = {f.name for f in MODEL_FIELDS} | {"n_gpus", "dp", "lora_rank", "pp_first_layers", "pp_last_layers"} | set(GPU_ATTRIBUTES)
 # GPU attributes a case may override (a measured CUDA context, a smaller MIG slice, ...).
 EXTRA_INPUTS = {name: "int" for name in GPU_ATTRIBUTES}
 

@@ -75,6 +75,19 @@ METHOD_FIELDS = [
     Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)"),
 ]
 
+# CONFIG.md "Training recipe": how the framework runs the step. Defaults are plain PyTorch's.
+RECIPE_FIELDS = [
+    Field("optimizer_impl", codes.OptimizerImpl, codes.OptimizerImpl.FOREACH, "how torch.optim runs the step: foreach (state-sized intermediates), fused, forloop"),
+    Field("optimizer_in_backward", "bool", False, "each parameter's step runs in its gradient hook; its gradient is freed at once (torchtune optimizer_in_bwd)"),
+    Field("loss_impl", codes.LossImpl, codes.LossImpl.STANDARD, "standard (whole fp32 logits), chunked (torchtune), fused_linear (Liger, Cut Cross-Entropy)"),
+    Field("loss_chunks", "int", 8, "token slices for loss_impl = chunked"),
+    Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)"),
+    Field("activation_offload", "bool", False, "saved activations move to host RAM and come back layer by layer"),
+    Field("compile", "bool", False, "torch.compile over the model: fused elementwise kernels keep fewer intermediates"),
+    Field("zero_grad", codes.ZeroGrad, codes.ZeroGrad.NONE, "none: gradients freed after each step; zeros: kept allocated"),
+    Field("loss_parallel", "bool", False, "with tp > 1: the loss runs on vocabulary shards (Megatron always; torchtitan); false: logits gathered (HF tp_plan)"),
+]
+
 LAYOUT_FIELDS = [
     Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)"),
     Field("tp", "int", 1, "tensor parallel"),
@@ -86,6 +99,8 @@ LAYOUT_FIELDS = [
     Field("zero_stage", "int", 0, "ZeRO stage 0-3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2)"),
     Field("pp_schedule", codes.PPSchedule, codes.PPSchedule.ONE_F_ONE_B, "pipeline schedule"),
     Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)"),
+    Field("pp_first_layers", "int", 0, "layers on the first pipeline stage (0 = split as evenly as possible)"),
+    Field("pp_last_layers", "int", 0, "layers on the last pipeline stage (0 = split as evenly as possible)"),
     Field("headroom", "float", 0.10, "fraction of GPU memory kept free when deciding fits"),
 ]
 
@@ -95,7 +110,7 @@ NAME_FIELDS = [
     Field("gpu", "str", "h100-sxm-80gb", "GPU catalog key"),
 ]
 
-INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + LAYOUT_FIELDS
+INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + RECIPE_FIELDS + LAYOUT_FIELDS
 INPUTS = {f.name: f for f in INPUT_FIELDS}
 
 # Attributes copied from the GPU catalog into each record (see data/gpus.toml, data/overheads.toml).

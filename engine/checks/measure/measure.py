@@ -7,7 +7,7 @@ from contextlib import ExitStack
 import torch
 
 from engine.errors import UserError
-from engine.checks.measure import breakdown
+from engine.checks.measure import breakdown, recipes
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.case import resolve
 from engine.checks.measure.cuda_semantics import cpu_semantics, cuda_semantics, unpacked_sequences
@@ -43,6 +43,7 @@ def prepare(c: dict, device: str = "cpu", fake_mode=None):
         with fake_mode:
             model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
         getattr(model, "get_base_model", lambda: model)().tie_weights()
+    model = recipes.wrap_model(model, c)
     params = [p for p in model.parameters() if p.requires_grad]
     return model, make_optimizer(c["optimizer"], params)
 
@@ -67,6 +68,7 @@ def run_logged(c: dict, device: str = "fake") -> tuple[LiveBytes, dict[str, set[
             stack.enter_context(fake_mode)
         stack.enter_context(cuda_semantics(c["attention"]) if device == "fake" else cpu_semantics(c["attention"]))
         stack.enter_context(unpacked_sequences())
+        stack.enter_context(recipes.step_context(c))
         lb = LiveBytes()
         for t in (*model.parameters(), *model.buffers()):
             lb.track(t, "weights")
