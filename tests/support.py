@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import RECORD
 from engine.model.derived import derive, derive_layout
-from engine.inputs.resolve import resolve_case
 
 TINY_MODEL = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, vocab=16, ffn_type="swiglu")
 

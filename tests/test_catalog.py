@@ -6,6 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from engine.errors import UserError
+from engine.inputs.hf_config import model_from_hf_config
 from engine.model.catalog import (
     catalog_version,
     gpus_table,
@@ -18,9 +20,7 @@ from engine.model.catalog import (
     resolve_gpu,
     resolve_model,
 )
-from engine.errors import UserError
 from engine.model.params import param_count
-from engine.inputs.hf_config import model_from_hf_config
 
 MODELS = load_models()
 GPUS = load_gpus()

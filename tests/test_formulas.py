@@ -3,11 +3,16 @@
 import pytest
 
 from engine.model.activations import layer_activation_bytes
+from engine.model.outputs import row
 from engine.model.params import param_count
 from engine.model.peak import peak
-from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.model.states import (
+    device_grad_bytes,
+    device_optimizer_bytes,
+    device_weight_bytes,
+    host_bytes,
+)
 from engine.model.temporaries import optimizer_step_bytes
-from engine.model.outputs import row
 from tests.support import config
 
 ALLOCATED, DEVICE = 5, 8  # positions in outputs.OUTPUTS

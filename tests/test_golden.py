@@ -8,9 +8,9 @@ import csv
 
 import pytest
 
+from engine.checks.validate import GOLDEN, golden_results
 from engine.model import catalog
 from engine.model.params import param_count
-from engine.checks.validate import GOLDEN, golden_results
 from tests.support import config
 
 ROWS = list(csv.DictReader(open(GOLDEN)))

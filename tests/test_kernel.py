@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from engine.model import catalog
+from engine.dataset.sweep import KernelArgs
 from engine.inputs.grid import build_grid, decode, parse_spec
+from engine.inputs.resolve import resolve_cases
+from engine.model import catalog
+from engine.model.derived import derive
 from engine.model.kernel import UNSET, evaluate
 from engine.model.outputs import COLUMN_FORMULAS, OUTPUTS, row
-from engine.model.derived import derive
-from engine.inputs.resolve import resolve_cases
-from engine.dataset.sweep import KernelArgs
 from tests.support import reference
 
 CHOICES = dict(

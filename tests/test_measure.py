@@ -10,12 +10,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from engine.errors import UserError  # noqa: E402
 from engine.checks.measure import measure_case  # noqa: E402
 from engine.checks.measure.autocast_policy import POLICY  # noqa: E402
 from engine.checks.measure.measure import versions  # noqa: E402
 from engine.checks.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noqa: E402
 from engine.checks.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
+from engine.errors import UserError  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "measured" / "cpu_fake.csv"
 TINY_GPT2 = dict(model="tiny-gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=128, ffn_type="gelu",

@@ -17,10 +17,10 @@ import pytest
 
 import reports
 from engine import QUERIES_DIR
-from engine.errors import UserError
 from engine.ask.queries import read_query
 from engine.ask.report import build_report, write_report
 from engine.dataset.sweep import run_sweep
+from engine.errors import UserError
 
 MODULES = reports.chart_modules()
 CHROMIUM = os.environ.get("MEMSIM_CHROMIUM", "/usr/bin/chromium")

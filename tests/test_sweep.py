@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.ask.estimate import estimate_table
-from engine.model.outputs import OUTPUTS
 from engine.dataset.sweep import run_sweep
+from engine.model.outputs import OUTPUTS
 
 AXES = ["model", "gpu", "n_gpus", "tp", "pp", "zero_stage", "micro_batch", "seq_len", "checkpointing", "lora_rank", "attention"]
 

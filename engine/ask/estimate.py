@@ -6,10 +6,10 @@ import polars as pl
 import pyarrow as pa
 
 from engine.dataset.columns import input_column, output_columns
-from engine.inputs.vocabulary import INPUT_FIELDS
 from engine.errors import UserError
-from engine.model.kernel import evaluate
 from engine.inputs.resolve import check_columns, resolve_cases
+from engine.inputs.vocabulary import INPUT_FIELDS
+from engine.model.kernel import evaluate
 
 INPUT_COLUMNS = [f.name for f in INPUT_FIELDS]
 

@@ -5,13 +5,23 @@ import json
 
 import numpy as np
 
-from engine.inputs.codes import Ckpt, INVALID_REASONS, Attn, Component, Invalid, Offload, Phase, name_of
+from engine.errors import UserError
+from engine.inputs.codes import (
+    INVALID_REASONS,
+    Attn,
+    Ckpt,
+    Component,
+    Invalid,
+    Offload,
+    Phase,
+    name_of,
+)
+from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import INPUTS, RECORD
-from engine.model.params import param_count, trainable_params_per_gpu
 from engine.model.kernel import evaluate
 from engine.model.outputs import OUTPUTS
-from engine.errors import UserError
-from engine.inputs.resolve import resolve_case
+from engine.model.params import param_count
+from engine.model.split import trainable_params_per_gpu
 
 GIB = 2**30
 COMPONENT_LABELS = {

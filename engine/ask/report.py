@@ -17,10 +17,10 @@ import polars as pl
 
 import engine
 import reports
-from engine.atomic import write_atomic
-from engine.errors import UserError
 from engine.ask.queries import run_query
+from engine.atomic import write_atomic
 from engine.dataset.views import connect, manifest
+from engine.errors import UserError
 
 FORMATS = ("html", "png", "svg")
 PICK_WORDS = {"method": "method", "model": "model", "gpu": "GPU type", "min_gpus": "GPUs", "layout_gpus": "GPUs"}

@@ -16,7 +16,17 @@ ranks, P parameters. docs/peers.md tabulates the three against memsim and explai
 
 import re
 
-from engine.inputs.codes import FFN, Attn, Bias, Ckpt, Norm, Offload, Optimizer, PPSchedule, Precision
+from engine.inputs.codes import (
+    FFN,
+    Attn,
+    Bias,
+    Ckpt,
+    Norm,
+    Offload,
+    Optimizer,
+    PPSchedule,
+    Precision,
+)
 from engine.model import params as _params
 
 

@@ -3,8 +3,8 @@
 import argparse
 import sys
 
-from engine.inputs.vocabulary import INPUT_FIELDS
 from engine.errors import UserError
+from engine.inputs.vocabulary import INPUT_FIELDS
 
 EPILOG_EXPLAIN = """Example:
   memsim explain --model llama-2-13b --gpu a100-sxm-80gb --n-gpus 8 --zero-stage 3 \\
@@ -49,8 +49,8 @@ def cmd_explain(args) -> None:
 def cmd_estimate(args) -> None:
     import pyarrow.parquet as pq
 
-    from engine.atomic import write_atomic
     from engine.ask.estimate import estimate_table, read_cases
+    from engine.atomic import write_atomic
 
     table = estimate_table(read_cases(args.cases))
     if args.output.endswith(".csv"):
@@ -127,7 +127,13 @@ def cmd_verify(args) -> None:
 
 
 def cmd_query(args) -> None:
-    from engine.ask.queries import emit, list_queries, parse_params, read_query, run_query
+    from engine.ask.queries import (
+        emit,
+        list_queries,
+        parse_params,
+        read_query,
+        run_query,
+    )
 
     if args.list:
         if args.name:

@@ -4,8 +4,8 @@ import warnings
 
 import pyarrow as pa
 
-from engine.errors import UserError
 from engine.ask.estimate import INPUT_COLUMNS, estimate_table, read_cases
+from engine.errors import UserError
 
 
 def measure_table(rows: list[dict], device: str) -> pa.Table:

@@ -20,10 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import engine
+from engine.dataset.shards import (
+    KEEP_FLAGS,
+    filesystem,
+    is_local,
+    keep_mode,
+    prepare_remote,
+    read_json,
+    sweep_shard,
+)
+from engine.dataset.store import MANIFEST, prepare_dataset
 from engine.errors import UserError
 from engine.inputs.grid import build_grid, load_spec
-from engine.dataset.shards import KEEP_FLAGS, filesystem, is_local, keep_mode, prepare_remote, read_json, sweep_shard
-from engine.dataset.store import MANIFEST, prepare_dataset
 
 INSTALL = "the Ray engine needs ray: pip install 'memsim[ray]' (or pip install 'ray>=2.9')"
 CONNECT_TIMEOUT_S = 5  # per TCP probe and per GCS connection attempt

@@ -13,9 +13,9 @@ Verification reads Parquet footers and streams the `index` column batch by batch
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 import tempfile
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +24,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from engine.dataset.store import (
+    MANIFEST,
+    marker_path,
+    part_name,
+    prepare_dataset,
+    spec_digest,
+)
+from engine.dataset.sweep import KernelArgs, expected_bytes, run_sweep, shard_range
 from engine.errors import UserError
 from engine.inputs.grid import build_grid, load_spec, parse_spec
-from engine.dataset.store import MANIFEST, marker_path, part_name, prepare_dataset, spec_digest
-from engine.dataset.sweep import KernelArgs, expected_bytes, run_sweep, shard_range
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
 MARKER = re.compile(r"(\d{5})-of-(\d{5})\.json$")

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import engine
-from engine.model import catalog
 from engine.atomic import write_text_atomic
 from engine.dataset.columns import COMPACT_OUTPUTS, output_columns
-from engine.model.outputs import OUTPUTS
 from engine.errors import UserError
+from engine.model import catalog
+from engine.model.outputs import OUTPUTS
 
 MANIFEST = "_memsim.json"
 

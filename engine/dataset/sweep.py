@@ -13,13 +13,20 @@ import numba
 import numpy as np
 import pyarrow.parquet as pq
 
-from engine.inputs.codes import INVALID_REASONS, Invalid
-from engine.inputs.vocabulary import RECORD
+from engine.dataset.store import PartWriter, chunk_table, prepare_dataset
 from engine.errors import UserError
-from engine.inputs.grid import FIELD_INDEX, GPU_FIELD_IDS, MODEL_FIELD_IDS, Grid, build_grid, load_spec
+from engine.inputs.codes import INVALID_REASONS, Invalid
+from engine.inputs.grid import (
+    FIELD_INDEX,
+    GPU_FIELD_IDS,
+    MODEL_FIELD_IDS,
+    Grid,
+    build_grid,
+    load_spec,
+)
+from engine.inputs.vocabulary import RECORD
 from engine.model.kernel import UNSET
 from engine.model.outputs import OUTPUTS
-from engine.dataset.store import PartWriter, chunk_table, prepare_dataset
 from engine.model.sweep_kernel import sweep_chunk
 
 FITS, VALID, REASON = OUTPUTS.index("fits"), OUTPUTS.index("valid"), OUTPUTS.index("invalid_reason")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import duckdb
 
-from engine.model import catalog
-from engine.inputs.codes import IntEnum, name_of
-from engine.inputs.vocabulary import INPUT_FIELDS
-from engine.errors import UserError
-from engine.inputs.resolve import MODEL_FIELD_NAMES
 from engine.dataset.store import MANIFEST
+from engine.errors import UserError
+from engine.inputs.codes import IntEnum, name_of
+from engine.inputs.resolve import MODEL_FIELD_NAMES
+from engine.inputs.vocabulary import INPUT_FIELDS
+from engine.model import catalog
 
 
 def sql_literal(field) -> str:

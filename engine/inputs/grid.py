@@ -13,11 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.model import catalog
-from engine.inputs.codes import name_of
-from engine.inputs.vocabulary import INPUTS, RECORD, empty_records
 from engine.errors import UserError
-from engine.inputs.resolve import MODEL_FIELD_NAMES, check_columns, gpu_attributes, model_fields, normalize_model, parse_value
+from engine.inputs.codes import name_of
+from engine.inputs.resolve import (
+    MODEL_FIELD_NAMES,
+    check_columns,
+    gpu_attributes,
+    model_fields,
+    normalize_model,
+    parse_value,
+)
+from engine.inputs.vocabulary import INPUTS, RECORD, empty_records
+from engine.model import catalog
 
 # Inputs that derive() does not read (engine/formulas/derived.py): they vary fastest, and changing them
 # needs no re-derivation.

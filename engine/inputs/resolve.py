@@ -12,10 +12,16 @@ from functools import cache
 import numpy as np
 
 from engine import DATA_DIR
-from engine.model import catalog
-from engine.inputs.codes import IntEnum, name_of, names
-from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUTS, MODEL_FIELDS, RECORD, empty_records
 from engine.errors import UserError
+from engine.inputs.codes import IntEnum, name_of, names
+from engine.inputs.vocabulary import (
+    GPU_ATTRIBUTES,
+    INPUTS,
+    MODEL_FIELDS,
+    RECORD,
+    empty_records,
+)
+from engine.model import catalog
 from engine.model.derived import derive_layout
 from engine.model.params import param_count
 

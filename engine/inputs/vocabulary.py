@@ -6,53 +6,11 @@ Model dims, the parallel layout and the GPU's attributes all live in that one re
 `c.seq_len`, `c.tp` or `c.capacity_bytes` alike, jitted or not.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from engine.inputs import codes
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    kind: object  # "int" | "bool" | "float" | "str" | an IntEnum class
-    default: object
-    help: str
-
-
-MODEL_FIELDS = [
-    Field("n_layers", "int", 0, "transformer layers (per stack for encoder-decoder)"),
-    Field("d_model", "int", 0, "hidden size h"),
-    Field("n_heads", "int", 0, "attention heads a"),
-    Field("n_kv_heads", "int", 0, "key/value heads (< n_heads: GQA/MQA; 0: = n_heads)"),
-    Field("d_ff", "int", 0, "FFN inner size f"),
-    Field("vocab", "int", 0, "vocabulary size V"),
-    Field("ffn_type", codes.FFN, codes.FFN.SWIGLU, "gelu (2 matrices) or swiglu (3)"),
-    Field("tied_embeddings", "bool", False, "input embedding shared with the LM head"),
-    Field("lm_head", "bool", True, "a vocabulary-sized output head (false: an encoder with a small task head, BERT)"),
-    Field("n_experts", "int", 0, "routed experts per MoE layer (0 = dense)"),
-    Field("top_k", "int", 0, "experts each token is routed to"),
-    Field("moe_d_ff", "int", 0, "FFN inner size of one expert"),
-    Field("n_params", "int", 0, "overrides the count from the dims (0 = count from dims)"),
-    # Extensions beyond CONFIG.md's first list, needed to count real models exactly.
-    Field("head_dim", "int", 0, "per-head size (0 = d_model / n_heads; Gemma uses 256)"),
-    Field("norm_type", codes.Norm, codes.Norm.RMSNORM, "layernorm (weight + bias) or rmsnorm"),
-    Field("linear_bias", codes.Bias, codes.Bias.NONE, "none, qkv (Qwen2) or all (GPT-2, BERT)"),
-    Field("n_positions", "int", 0, "learned position-embedding rows (0 = rotary)"),
-    Field("norms_per_layer", "int", 2, "norm layers per block (Gemma 2: 4)"),
-    Field("n_shared_experts", "int", 0, "always-active experts of moe_d_ff each (DeepSeek, Qwen MoE)"),
-    Field("shared_expert_gate", "bool", False, "a sigmoid gate h -> 1 on the shared expert (Qwen MoE)"),
-    Field("first_dense_layers", "int", 0, "leading layers with a dense FFN of d_ff (DeepSeek)"),
-    Field("q_lora_rank", "int", 0, "MLA query low-rank size (DeepSeek-V2/V3; 0 = full q_proj)"),
-    Field("kv_lora_rank", "int", 0, "MLA key/value low-rank size (0 = standard attention)"),
-    Field("qk_rope_head_dim", "int", 0, "MLA rotary part of each query/key head"),
-    Field("v_head_dim", "int", 0, "MLA value head size"),
-    # How the Hugging Face module is written (what framework = pytorch | fsdp runs): it decides the saved tensors.
-    Field("act_fn", codes.ActFn, codes.ActFn.GELU, "FFN activation as implemented: gelu (one kernel), gelu_new (HF GPT-2's Python tanh), silu"),
-    Field("fused_projections", "bool", False, "q/k/v (and gate/up) are one matmul in the HF module (GPT-2 c_attn, Phi-3)"),
-    Field("softmax_fp32", "bool", True, "the HF eager attention computes softmax in fp32 (Llama family; not GPT-2, BERT)"),
-]
+from engine.inputs.field import Field
+from engine.inputs.model_fields import MODEL_FIELDS
 
 WORKLOAD_FIELDS = [
     Field("seq_len", "int", 2048, "tokens per sample"),

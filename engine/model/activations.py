@@ -24,9 +24,20 @@ Tensor parallelism splits everything but the norms, the projection inputs and th
 10 sbh); sequence parallelism splits those too; context parallelism splits the sequence.
 """
 
-from engine.inputs.codes import FFN, ActFn, Attn, Ckpt, Framework, LoraTargets, Norm, PPSchedule, Precision
+from engine.inputs.codes import (
+    FFN,
+    ActFn,
+    Attn,
+    Ckpt,
+    Framework,
+    LoraTargets,
+    Norm,
+    PPSchedule,
+    Precision,
+)
 from engine.model.common import ceil_div, formula
-from engine.model.params import has_dims, layers_per_stage, n_moe_layers
+from engine.model.params import has_dims, n_moe_layers
+from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 
 from engine import DATA_DIR
-from engine.inputs import vocabulary as config
 from engine.errors import UserError
+from engine.inputs import vocabulary as config
 from engine.inputs.hf_config import model_from_hf_config
 
 MODELS_PATH = DATA_DIR / "models.toml"

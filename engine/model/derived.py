@@ -13,9 +13,19 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import formula
+from engine.model.params import n_moe_layers
 from engine.model.peak import layout_reason
-from engine.model.params import block_params_per_gpu, n_moe_layers, params_per_gpu, trainable_params_per_gpu
-from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.model.split import (
+    block_params_per_gpu,
+    params_per_gpu,
+    trainable_params_per_gpu,
+)
+from engine.model.states import (
+    device_grad_bytes,
+    device_optimizer_bytes,
+    device_weight_bytes,
+    host_bytes,
+)
 from engine.model.temporaries import (
     autocast_cache_bytes,
     ddp_bucket_bytes,

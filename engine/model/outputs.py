@@ -8,11 +8,23 @@ and NULL (-1) marks a value that needs model dims the configuration does not hav
 
 from engine.inputs.codes import Invalid
 from engine.model import formula
+from engine.model.derived import derive
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims
-from engine.model.derived import derive
-from engine.model.peak import bottleneck, host_fits, invalid_reason, peak, sequence_reason, usable_bytes
-from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.model.peak import (
+    bottleneck,
+    host_fits,
+    invalid_reason,
+    peak,
+    sequence_reason,
+    usable_bytes,
+)
+from engine.model.states import (
+    device_grad_bytes,
+    device_optimizer_bytes,
+    device_weight_bytes,
+    host_bytes,
+)
 
 NULL = -1
 

@@ -10,12 +10,31 @@ them between steps: accumulation over micro-batches, pipeline schedules, or fram
 contiguous main-grad buffer, DeepSpeed's gradient partitions).
 """
 
-from engine.inputs.codes import Ckpt, Framework, Invalid, Offload, Optimizer, Phase, PPSchedule, Quant
-from engine.model.activations import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
+from engine.inputs.codes import (
+    Ckpt,
+    Framework,
+    Invalid,
+    Offload,
+    Optimizer,
+    Phase,
+    PPSchedule,
+    Quant,
+)
+from engine.model.activations import (
+    activation_bytes,
+    head_activation_bytes,
+    layer_activation_bytes,
+    recompute_bytes,
+)
 from engine.model.common import formula
 from engine.model.overhead import allocator_slack_bytes
-from engine.model.params import has_dims, kv_heads, layers_per_stage, n_moe_layers
-from engine.model.temporaries import backward_workspace_bytes, loss_backward_bytes, loss_forward_bytes
+from engine.model.params import has_dims, kv_heads, n_moe_layers
+from engine.model.split import layers_per_stage
+from engine.model.temporaries import (
+    backward_workspace_bytes,
+    loss_backward_bytes,
+    loss_forward_bytes,
+)
 
 
 @formula

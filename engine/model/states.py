@@ -19,11 +19,9 @@ Offload (ZeRO-Offload, arXiv:2101.06840 sec. 4) moves optimizer states and fp32 
 
 from engine.inputs.codes import FFN, Framework, Offload, Optimizer, Precision, Quant
 from engine.model.common import ceil_div, formula
-from engine.model.params import (
+from engine.model.params import has_dims, head_dim, kv_heads
+from engine.model.split import (
     expert_params_per_gpu,
-    has_dims,
-    head_dim,
-    kv_heads,
     layers_per_stage,
     lora_params_per_gpu,
     nonexpert_params_per_gpu,

@@ -12,7 +12,13 @@ from engine.inputs.codes import Attn, Framework, Optimizer, Precision, Quant
 from engine.model.activations import fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, largest_layer_params
-from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, sharded, state_bytes
+from engine.model.states import (
+    compute_bytes,
+    grad_bytes_per_param,
+    is_amp,
+    sharded,
+    state_bytes,
+)
 
 
 @formula

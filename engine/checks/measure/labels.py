@@ -8,7 +8,10 @@ activation checkpointing recomputes a block in backward.
 from __future__ import annotations
 
 import torch
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 
 
 class ModuleLabels:

@@ -6,14 +6,24 @@ from contextlib import ExitStack
 
 import torch
 
-from engine.errors import UserError
 from engine.checks.measure import breakdown, recipes
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.case import resolve
-from engine.checks.measure.cuda_semantics import cpu_semantics, cuda_semantics, unpacked_sequences
+from engine.checks.measure.cuda_semantics import (
+    cpu_semantics,
+    cuda_semantics,
+    unpacked_sequences,
+)
 from engine.checks.measure.labels import ModuleLabels
 from engine.checks.measure.tracker import LiveBytes
-from engine.checks.measure.train import HALF_DTYPE, host_state_tensors, make_optimizer, state_tensors, train_step
+from engine.checks.measure.train import (
+    HALF_DTYPE,
+    host_state_tensors,
+    make_optimizer,
+    state_tensors,
+    train_step,
+)
+from engine.errors import UserError
 
 MEASURE_DEVICE = {"fake": "fake-cuda", "cpu-fake": "cpu-fake", "cpu": "cpu", "cuda": "cuda"}
 MEASURED_STEP = 1

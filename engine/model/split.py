@@ -1,0 +1,106 @@
+"""The parameters one rank holds: the most loaded rank's share of the model (params.py counts the whole).
+
+The split follows Megatron-LM (megatron/training/theoretical_memory_usage.py): TP splits every matrix and the
+vocabulary, PP splits layers with the embedding on the first stage and the LM head on the last, EP splits
+routed experts. LoRA adapters split like the layers they adapt.
+"""
+
+import math
+
+from engine.model.common import ceil_div, formula
+from engine.model.params import (
+    dims_param_count,
+    embedding_params,
+    ffn_params,
+    has_dims,
+    head_params,
+    is_moe,
+    layer_params,
+    lora_params_per_layer,
+    n_moe_layers,
+)
+
+
+@formula
+def layers_per_stage(c):
+    return ceil_div(c.n_layers, c.pp)
+
+
+@formula
+def stage_nonexpert_params(c):
+    """Non-expert parameters of the most loaded pipeline stage, before TP.
+
+    A stage holds L/p blocks; the first also holds the embedding, the last the final norm and LM head
+    (both, when p = 1). With tied embeddings and p > 1 the last stage keeps its own copy (Megatron).
+    """
+    lps = layers_per_stage(c)
+    moe_layers = min(lps, n_moe_layers(c))  # the worst stage is the one with the most MoE blocks
+    dense_layers = lps - moe_layers
+    blocks = dense_layers * layer_params(c, False) + moe_layers * (
+        layer_params(c, True) - c.n_experts * ffn_params(c, c.moe_d_ff)
+    )
+    last_head = head_params(c) + (c.vocab * c.d_model if c.tied_embeddings and c.pp > 1 else 0)
+    ends = embedding_params(c) + head_params(c) if c.pp == 1 else max(embedding_params(c), last_head)
+    return blocks + ends
+
+
+@formula
+def stage_expert_params(c):
+    """Routed-expert parameters of the most loaded stage, before EP and TP."""
+    moe_layers = min(layers_per_stage(c), n_moe_layers(c))
+    return moe_layers * c.n_experts * ffn_params(c, c.moe_d_ff)
+
+
+@formula
+def nonexpert_params_per_gpu(c):
+    """Non-expert parameters on the most loaded rank: the stage's share split over TP.
+
+    Norms are replicated on TP ranks, but they are < 0.1% of a block; splitting everything by t keeps the
+    count a single ceil_div (Megatron's estimate does the same). With only n_params known, P / (t*p).
+    """
+    if not has_dims(c):
+        return ceil_div(c.n_params, c.tp * c.pp)
+    n = ceil_div(stage_nonexpert_params(c), c.tp)
+    if c.n_params > 0:  # the published total rules: scale the dims' split to it (float: n * P overflows)
+        dims = dims_param_count(c)
+        if dims != c.n_params:
+            n = int(math.ceil(n * (c.n_params / dims)))
+    return n
+
+
+@formula
+def expert_params_per_gpu(c):
+    """Routed-expert parameters on the most loaded rank: E/e experts per rank, each split over TP."""
+    if not has_dims(c) or not is_moe(c):
+        return 0
+    return ceil_div(ceil_div(stage_expert_params(c), c.ep), c.tp)
+
+
+@formula
+def params_per_gpu(c):
+    """Every parameter a rank holds (before ZeRO sharding)."""
+    return nonexpert_params_per_gpu(c) + expert_params_per_gpu(c)
+
+
+@formula
+def block_params_per_gpu(c):
+    """One transformer block on one rank, the unit FSDP and ZeRO-3 gather (Megatron-style TP/EP split)."""
+    if not has_dims(c):
+        return ceil_div(c.n_params, max(c.n_layers, 1) * c.tp)
+    dense = layer_params(c, n_moe_layers(c) > 0) - c.n_experts * ffn_params(c, c.moe_d_ff)
+    experts = ceil_div(c.n_experts * ffn_params(c, c.moe_d_ff), c.ep)
+    return ceil_div(dense + experts, c.tp)
+
+
+@formula
+def lora_params_per_gpu(c):
+    """Trainable adapter parameters on the most loaded rank (split like the layers they adapt)."""
+    if c.lora_rank == 0 or not has_dims(c):
+        return 0
+    return ceil_div(layers_per_stage(c) * lora_params_per_layer(c), c.tp)
+
+
+@formula
+def trainable_params_per_gpu(c):
+    """Parameters that get gradients and optimizer states: all of them, or the LoRA adapters only."""
+    return lora_params_per_gpu(c) if c.lora_rank > 0 else params_per_gpu(c)
