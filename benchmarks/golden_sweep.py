@@ -6,7 +6,8 @@
 The spec crosses models (dense, MoE, MLA, GPT-2 with dropout), GPUs, layouts, precisions, optimizers,
 frameworks, recomputation, attention kernels, LoRA, micro-batches, sequence lengths and
 accumulation, layouts that cannot run included. Each column's digest is the sha256 of its values in index
-order, so a mismatch names the column that moved.
+order of the configurations (sorted by every axis, so the order of the axes in the index does not matter),
+so a mismatch names the column that moved.
 """
 
 import argparse
@@ -44,9 +45,10 @@ micro_batch = [1, 4]
 seq_len = [1024, 8192]
 grad_accum = [1, 8]
 """
+AXES = [line.split(" = ")[0] for line in SPEC.split("[axes]")[1].strip().splitlines()]
 # Columns that exist in both the old and the new engine, compared value for value.
 COLUMNS = [
-    "index", "dp", "n_gpus", "weight_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "temp_bytes",
+    "dp", "n_gpus", "weight_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "temp_bytes",
     "allocated_peak_bytes", "reserved_peak_bytes", "overhead_bytes", "device_peak_bytes", "peak_phase",
     "capacity_bytes", "fits", "bottleneck", "host_bytes", "valid", "invalid_reason", "peak_grad_bytes",
     "peak_optimizer_bytes",
@@ -70,7 +72,9 @@ def run() -> tuple[dict, int, float]:
         t0 = time.perf_counter()
         result = run_sweep(spec, Path(tmp) / "out", progress=False, say=lambda *_: None)
         seconds = time.perf_counter() - t0
-        frame = pl.read_parquet(Path(tmp) / "out" / "*.parquet").sort("index")
+        frame = pl.read_parquet(Path(tmp) / "out" / "*.parquet")
+        frame = frame.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))
+        frame = frame.sort([a for a in AXES])
         return digests(frame), result.total, seconds
 
 
