@@ -9,6 +9,7 @@ may also be a path to a Hugging Face config.json (engine.inputs.hf_config).
 import difflib
 import functools
 import hashlib
+import re
 import tomllib
 from pathlib import Path
 
@@ -46,15 +47,23 @@ MODEL_SCHEMA = {f.name: _ENUM_NAMES.get(f.name, f.kind) for f in config.MODEL_FI
 }
 GPU_SCHEMA = {
     "name": _STR,
-    "vendor": {"nvidia", "amd"},
-    "arch": {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3"},
+    "vendor": {"nvidia", "amd", "intel"},
+    "arch": {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "cdna4", "gaudi3"},
     "hbm_bytes": _INT,
     "memory_note": _STR,
     "bandwidth_bytes_per_s": _INT,
     "bf16_tflops": _FLOAT,
     "fp16_tflops": _FLOAT,
+    "fp8_tflops": _FLOAT,
+    "matmul_tflops_achievable": _FLOAT,
+    "fp8_matmul_tflops_achievable": _FLOAT,
+    "matmul_source": _STR,
+    "intra_node_bytes_per_s": _INT,
+    "inter_node_bytes_per_s": _INT,
+    "link_source": _STR,
     "usd_per_hour": _FLOAT,
     "price_source": _STR,
+    "price_date": _STR,
     "gpus_per_node": _INT,
     "host_ram_bytes_per_node": _INT,
     "node": _STR,
@@ -117,8 +126,28 @@ def _check_gpu(where: str, entry: dict):
     _check_entry(where, entry, GPU_SCHEMA, GPU_REQUIRED)
     if entry["hbm_bytes"] == 0:
         raise UserError(f"{where}: hbm_bytes must be positive")
-    if "usd_per_hour" in entry and "price_source" not in entry:
-        raise UserError(f"{where}: usd_per_hour needs a price_source (provider, instance, date)")
+    _needs(where, entry, "usd_per_hour", ("price_source", "price_date", "gpus_per_node"), "a dated source and the node it prices")
+    _needs(where, entry, "fp8_tflops", ("bf16_tflops",), "the dense bf16 peak beside it")
+    for field in ("matmul_tflops_achievable", "fp8_matmul_tflops_achievable"):
+        _needs(where, entry, field, ("matmul_source",), "the measurement it comes from")
+    for field in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
+        _needs(where, entry, field, ("link_source",), "the spec it comes from")
+    if "price_date" in entry and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", entry["price_date"]):
+        raise UserError(f"{where}: price_date must be YYYY-MM-DD, got {entry['price_date']!r}")
+    for measured, peak in (("matmul_tflops_achievable", "bf16_tflops"), ("fp8_matmul_tflops_achievable", "fp8_tflops"),
+                           ("bf16_tflops", "fp8_tflops")):
+        if measured in entry and peak in entry and entry[measured] > entry[peak]:
+            raise UserError(f"{where}: {measured} {entry[measured]} exceeds {peak} {entry[peak]}")
+    for field in ("usd_per_hour", "gpus_per_node", "intra_node_bytes_per_s", "inter_node_bytes_per_s"):
+        if entry.get(field) == 0:
+            raise UserError(f"{where}: {field} must be positive (leave it out where unknown)")
+
+
+def _needs(where: str, entry: dict, field: str, companions: tuple, what: str):
+    """A field that is only meaningful beside others (a price beside its dated source) names the missing one."""
+    for other in companions if field in entry else ():
+        if other not in entry:
+            raise UserError(f"{where}: {field} needs {other} ({what})")
 
 
 def parse_catalog(path: Path, kind: str) -> dict[str, dict]:
