@@ -1,10 +1,12 @@
 """The GPU catalog's data (data/gpus.toml): one pricing basis, dense compute peaks, link bandwidths, memory sizes."""
 
+import csv
 import re
 
 import polars as pl
 import pytest
 
+from engine import DATA_DIR
 from engine.errors import UserError
 from engine.model.catalog import gpus_table, load_gpus, parse_catalog
 
@@ -187,3 +189,36 @@ def test_fp8_peak_without_bf16_peak_is_an_error(tmp_path):
 def test_gpus_table_link_columns_are_int64():
     schema = gpus_table().schema
     assert schema["intra_node_bytes_per_s"] == schema["inter_node_bytes_per_s"] == pl.Int64
+
+
+# ---------------------------------------------------------------------------------------------------- throughput set
+
+THROUGHPUT = list(csv.DictReader((DATA_DIR / "golden" / "throughput.csv").open(encoding="utf-8")))
+FIGURES = ("tokens_per_gpu_s", "mfu", "tflops_per_gpu")
+
+
+def test_throughput_set_has_at_least_30_runs_on_several_gpu_types():
+    assert len(THROUGHPUT) >= 30 and len({r["gpu"] for r in THROUGHPUT}) >= 5
+
+
+@pytest.mark.parametrize("row", THROUGHPUT, ids=[r["case_id"] for r in THROUGHPUT])
+def test_throughput_row_names_a_catalog_gpu_a_source_a_quote_and_a_figure(row):
+    assert row["gpu"] in GPUS and row["source"] and row["quote"] and any(row[f] for f in FIGURES)
+
+
+@pytest.mark.parametrize("row", THROUGHPUT, ids=[r["case_id"] for r in THROUGHPUT])
+def test_throughput_row_layout_multiplies_to_its_gpu_count(row):
+    tp, pp, cp, dp = (int(row[k] or 1) for k in ("tp", "pp", "cp", "dp"))
+    assert tp * pp * cp * dp == int(row["n_gpus"])
+
+
+@pytest.mark.parametrize("row", [r for r in THROUGHPUT if r["mfu"]], ids=[r["case_id"] for r in THROUGHPUT if r["mfu"]])
+def test_throughput_mfu_is_a_fraction(row):
+    assert 0.05 < float(row["mfu"]) < 0.8
+
+
+@pytest.mark.parametrize("row", [r for r in THROUGHPUT if r["tflops_per_gpu"]], ids=[r["case_id"] for r in THROUGHPUT if r["tflops_per_gpu"]])
+def test_throughput_tflops_stay_below_the_gpu_peak_of_their_precision(row):
+    gpu = GPUS[row["gpu"]]
+    peak = gpu["fp8_tflops"] if row["precision"] == "fp8" else gpu["bf16_tflops"]
+    assert float(row["tflops_per_gpu"]) < peak
