@@ -1,5 +1,6 @@
 """The catalogs (data/models.toml, data/gpus.toml), name resolution and Hugging Face config.json reading."""
 
+import os
 import re
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def test_catalog_has_at_least_35_models():
     "key",
     ["llama-2-7b", "llama-3.1-405b", "llama-7b", "llama-65b", "mistral-7b-v0.1", "mixtral-8x22b", "qwen2.5-72b",
      "gemma-2-27b", "phi-3-medium", "gpt2-xl", "gpt-3-175b", "megatron-22b", "mt-nlg-530b", "megatron-1t",
-     "bert-large-uncased", "t5-large", "t5-3b", "t0-3b", "deepseek-v2-lite", "deepseek-v3", "qwen1.5-moe-a2.7b"],
+     "bert-large-uncased", "t5-large", "t5-3b", "t0-3b", "deepseek-v2-lite", "deepseek-v3", "qwen1.5-moe-a2.7b",
+     "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+     "llama-4-scout", "llama-4-maverick", "gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "gpt-oss-20b",
+     "gpt-oss-120b", "olmo-2-7b", "olmo-2-13b", "olmo-2-32b", "deepseek-v3.1", "deepseek-r1", "kimi-k2",
+     "mistral-small-24b", "phi-4"],
 )
 def test_required_model_is_in_catalog(key):
     assert key in MODELS
@@ -130,6 +135,20 @@ def test_model_hf_repo_alias_resolves():
     assert resolve_model("meta-llama/Llama-2-7b-hf")["model"] == "llama-2-7b"
 
 
+@pytest.mark.parametrize(
+    "hub_id, key",
+    [("Qwen/Qwen3-8B", "qwen3-8b"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"), ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"),
+     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"), ("google/gemma-3-27b-it", "gemma-3-27b"),
+     ("openai/gpt-oss-120b", "gpt-oss-120b"), ("allenai/OLMo-2-1124-7B", "olmo-2-7b"),
+     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3.1"), ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+     ("moonshotai/Kimi-K2-Instruct", "kimi-k2"), ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b"),
+     ("microsoft/phi-4", "phi-4")],
+)
+def test_published_hub_id_resolves_to_its_entry_without_a_cache(hub_id, key, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))  # nothing downloaded: the alias alone answers
+    assert resolve_model(hub_id)["model"] == key
+
+
 def test_unknown_gpu_suggests_nearest_key():
     message = one_line_error(resolve_gpu, "h100-sxm")
     assert message.startswith("unknown gpu 'h100-sxm'") and "h100-sxm-80gb" in message
@@ -153,6 +172,65 @@ def test_missing_json_model_path_is_a_user_error():
 def test_model_path_resolves_through_hf_config():
     entry = resolve_model(str(FIXTURES / "gpt2.json"))
     assert (entry["model"], entry["d_model"]) == (str(FIXTURES / "gpt2.json"), 768)
+
+
+# ---------------------------------------------------------------------------------------------------- Hub cache
+
+
+def cache_snapshot(hub: Path, repo_id: str, fixture: str, *, commit: str = "0123abcd", ref: bool = True) -> Path:
+    """A Hub cache entry laid out as huggingface_hub writes it: refs/main and snapshots/<commit>/config.json."""
+    folder = hub / ("models--" + repo_id.replace("/", "--"))
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    if ref:
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(commit)
+    config = folder / "snapshots" / commit / "config.json"
+    config.write_text((FIXTURES / fixture).read_text())
+    return config
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    return tmp_path / "hub"
+
+
+def test_hub_id_outside_the_catalog_reads_the_cached_config_json(hf_home):
+    config = cache_snapshot(hf_home, "acme/Qwen3-0.6B-finetune", "qwen3-0.6b.json")
+    entry = resolve_model("acme/Qwen3-0.6B-finetune")
+    assert (entry["model"], entry["source"], entry["family"]) == ("acme/Qwen3-0.6B-finetune", str(config), "qwen3")
+    assert param_count(model_record(entry)) == MODELS["qwen3-0.6b"]["n_params"]
+
+
+def test_hub_id_case_differs_from_the_cache_folder(hf_home):
+    cache_snapshot(hf_home, "acme/Gemma-3-1B-tuned", "gemma-3-1b.json")
+    assert resolve_model("ACME/gemma-3-1b-TUNED")["d_model"] == 1152
+
+
+def test_snapshot_named_by_refs_main_wins_over_others(hf_home):
+    cache_snapshot(hf_home, "acme/model", "qwen3-8b.json", commit="old")  # refs/main -> old
+    newer = hf_home / "models--acme--model" / "snapshots" / "new" / "config.json"
+    newer.parent.mkdir()
+    newer.write_text((FIXTURES / "olmo-2-7b.json").read_text())
+    os.utime(newer, (2e9, 2e9))  # the most recently written snapshot, yet not the one main points to
+    assert resolve_model("acme/model")["family"] == "qwen3"
+
+
+def test_snapshot_without_refs_main_is_still_found(hf_home):
+    cache_snapshot(hf_home, "acme/no-ref", "olmo-2-7b.json", ref=False)
+    assert resolve_model("acme/no-ref")["family"] == "olmo2"
+
+
+def test_hf_hub_cache_takes_precedence_over_hf_home(hf_home, tmp_path, monkeypatch):
+    cache_snapshot(hf_home, "acme/model", "qwen3-8b.json")
+    cache_snapshot(tmp_path / "elsewhere", "acme/model", "olmo-2-7b.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    assert resolve_model("acme/model")["family"] == "olmo2"
+
+
+def test_hub_id_neither_in_catalog_nor_cache_is_unknown(hf_home):
+    assert one_line_error(resolve_model, "acme/never-downloaded").startswith("unknown model 'acme/never-downloaded'")
 
 
 # ---------------------------------------------------------------------------------------------------- catalog checks

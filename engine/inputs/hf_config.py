@@ -14,25 +14,30 @@ from engine.errors import UserError
 
 
 class _Reader:
-    """Typed access to one parsed config.json; every failure names the file and the key."""
+    """Typed access to one parsed config.json; every failure names the file and the key.
 
-    def __init__(self, cfg: dict, path: Path):
-        self.cfg, self.path = cfg, path
+    `defaults` stands in for keys the file leaves out, as the transformers config class fills them (the
+    text_config of a multimodal checkpoint writes only what differs from its class); `where` prefixes the key
+    in messages ("text_config.").
+    """
+
+    def __init__(self, cfg: dict, path: Path, defaults: dict | None = None, where: str = ""):
+        self.cfg, self.path, self.where = (defaults or {}) | cfg, path, where
 
     def fail(self, problem: str):
         raise UserError(f"{self.path}: {problem}")
 
     def size(self, key: str, default=None, *, zero_ok: bool = False) -> int:
         """A positive integer (or 0 / null where zero_ok); `default` when the key is absent or null."""
-        value = self.cfg.get(key)
+        value, name = self.cfg.get(key), self.where + key
         if value is None:
             if default is None and not zero_ok:
-                self.fail(f"missing key '{key}'")
+                self.fail(f"missing key '{name}'")
             return 0 if default is None else default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"'{key}' must be an integer, got {value!r}")
+            self.fail(f"'{name}' must be an integer, got {value!r}")
         if value < 0 or (value == 0 and not zero_ok):
-            self.fail(f"'{key}' must be positive, got {value}")
+            self.fail(f"'{name}' must be positive, got {value}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -40,12 +45,31 @@ class _Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            self.fail(f"'{key}' must be true or false, got {value!r}")
+            self.fail(f"'{self.where}{key}' must be true or false, got {value!r}")
         return value
 
+    def ints(self, key: str) -> list[int] | None:
+        """A list of integers (layer indices), or None when the key is absent or null."""
+        value = self.cfg.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            self.fail(f"'{self.where}{key}' must be a list of integers, got {value!r}")
+        return value
 
-def _attention(r: _Reader) -> dict:
-    """Layers, widths, heads and vocabulary under the names Llama-style configs use."""
+    def nested(self, key: str, defaults: dict) -> "_Reader":
+        """The reader of a nested config (a multimodal checkpoint's text_config)."""
+        sub = self.cfg.get(key)
+        if not isinstance(sub, dict):
+            self.fail(f"missing or malformed '{self.where}{key}' (expected a JSON object)")
+        return _Reader(sub, self.path, defaults, f"{self.where}{key}.")
+
+
+def _attention(r: _Reader, head_dim_default: int = 0) -> dict:
+    """Layers, widths, heads and vocabulary under the names Llama-style configs use.
+
+    head_dim_default: what the config class puts in head_dim when the file has none (Qwen3: 128); 0 = h / a.
+    """
     h, a = r.size("hidden_size"), r.size("num_attention_heads")
     fields = {
         "n_layers": r.size("num_hidden_layers"),
@@ -54,38 +78,46 @@ def _attention(r: _Reader) -> dict:
         "n_kv_heads": r.size("num_key_value_heads", a),
         "vocab": r.size("vocab_size"),
     }
-    head_dim = r.size("head_dim", h // a)
-    if head_dim != h // a:  # Gemma (256), Llama 3.2 writes head_dim = h / a explicitly
+    head_dim = r.size("head_dim", head_dim_default or h // a)
+    if head_dim != h // a:  # Gemma (256), Qwen3-0.6B (128 with h / a = 64); Llama 3.2 writes h / a explicitly
         fields["head_dim"] = head_dim
     if fields["n_heads"] % fields["n_kv_heads"]:
         r.fail(f"num_attention_heads {a} is not a multiple of num_key_value_heads {fields['n_kv_heads']}")
     return fields
 
 
-def _no_extra_bias(r: _Reader):
-    if r.flag("attention_bias", False) or r.flag("mlp_bias", False):
-        r.fail("attention_bias / mlp_bias = true cannot be expressed (linear_bias is none, qkv or all)")
+def _linear_bias(r: _Reader, *, attention_default: bool = False, reads_mlp_bias: bool = False) -> dict:
+    """The biases the module builds from `attention_bias` (q, k, v and o) and, where it reads it (Llama),
+    `mlp_bias` (the FFN). Only for the types whose modules read them: Mistral, Mixtral and Phi-3 build no bias
+    whatever the file says, Qwen2 always q, k, v."""
+    attn = r.flag("attention_bias", attention_default)
+    mlp = reads_mlp_bias and r.flag("mlp_bias", False)
+    if mlp and not attn:
+        r.fail("mlp_bias = true without attention_bias cannot be expressed (linear_bias is none, qkv or all)")
+    if mlp:
+        return {"linear_bias": "all"}
+    return {"linear_bias": "qkv", "attn_out_bias": True} if attn else {"linear_bias": "none"}
 
 
-def _llama(r: _Reader, *, qkv_bias: bool = False, tied: bool = False) -> dict:
-    """Llama, Mistral, Phi-3 (fused qkv and gate_up: same count), Qwen2 (biases on q, k, v)."""
-    _no_extra_bias(r)
-    return _attention(r) | {
+def _dense(r: _Reader, *, tied: bool = False, bias: dict | None = None, head_dim_default: int = 0) -> dict:
+    """A Llama-style decoder: gated FFN (SwiGLU / GeGLU, 3 matrices), RMSNorm, untied head unless `tied`."""
+    return _attention(r, head_dim_default) | {
         "d_ff": r.size("intermediate_size"),
         "ffn_type": "swiglu",
         "tied_embeddings": r.flag("tie_word_embeddings", tied),
         "norm_type": "rmsnorm",
-        "linear_bias": "qkv" if qkv_bias else "none",
+        **(bias if bias is not None else {"linear_bias": "none"}),
     }
+
+
+def _llama(r: _Reader) -> dict:
+    """Llama: attention_bias on q, k, v, o; mlp_bias on the FFN (modeling_llama.py)."""
+    return _dense(r, bias=_linear_bias(r, reads_mlp_bias=True))
 
 
 def _gemma(r: _Reader, *, norms: int) -> dict:
     """Gemma: head_dim 256 by default, GeGLU (3 matrices), tied; Gemma 2 has 4 RMSNorms per block."""
-    fields = _llama(r, tied=True)
-    head_dim = r.size("head_dim", 256)
-    if head_dim != fields["d_model"] // fields["n_heads"]:
-        fields["head_dim"] = head_dim
-    return fields | {"norms_per_layer": norms}
+    return _dense(r, tied=True, bias=_linear_bias(r), head_dim_default=256) | {"norms_per_layer": norms}
 
 
 def _gpt2(r: _Reader) -> dict:
@@ -112,7 +144,7 @@ def _gpt2(r: _Reader) -> dict:
 
 def _mixtral(r: _Reader) -> dict:
     """Mixtral: every block is MoE; intermediate_size is one expert's FFN."""
-    fields = _llama(r)
+    fields = _dense(r)
     return fields | {
         "d_ff": 0,
         "n_experts": r.size("num_local_experts"),
@@ -121,28 +153,144 @@ def _mixtral(r: _Reader) -> dict:
     }
 
 
-def _qwen2_moe(r: _Reader) -> dict:
-    """Qwen1.5/Qwen2 MoE: qkv biases, routed experts, one gated shared expert of n * moe_intermediate_size."""
-    if r.size("decoder_sparse_step", 1) != 1 or r.cfg.get("mlp_only_layers"):
-        r.fail("dense layers between MoE layers (decoder_sparse_step / mlp_only_layers) cannot be expressed")
+def _sparse_layers(r: _Reader, n_layers: int, step: int, dense_layers: list[int] | None) -> dict:
+    """moe_layer_step and first_dense_layers for MoE blocks at the layers i not in `dense_layers` with
+    (i + 1) % step == 0 (modeling_qwen2_moe.py / modeling_qwen3_moe.py decoder_sparse_step, mlp_only_layers);
+    dense_layers must be the leading layers 0..k-1, the only dense set the fields express."""
+    dense_layers = sorted(set(dense_layers or []))
+    if dense_layers != list(range(len(dense_layers))) or len(dense_layers) > n_layers:
+        r.fail(f"mlp_only_layers {dense_layers} cannot be expressed (only the leading layers 0..k-1 can be dense)")
+    fields = {"moe_layer_step": step} if step > 1 else {}
+    return fields | ({"first_dense_layers": len(dense_layers)} if dense_layers else {})
+
+
+def _qwen_moe(r: _Reader, fields: dict, *, shared: bool) -> dict:
+    """The MoE part of Qwen2-MoE / Qwen3-MoE: routed experts of moe_intermediate_size at the layers
+    decoder_sparse_step and mlp_only_layers pick, dense FFNs of intermediate_size elsewhere; Qwen2-MoE adds one
+    gated shared expert of shared_expert_intermediate_size (a multiple of moe_intermediate_size)."""
+    n_experts = r.size("num_experts", r.size("num_local_experts", zero_ok=True), zero_ok=True)
+    if n_experts == 0:  # every layer a dense Qwen*MoeMLP(intermediate_size)
+        return fields
+    layers = _sparse_layers(r, fields["n_layers"], r.size("decoder_sparse_step", 1), r.ints("mlp_only_layers"))
     moe_d_ff = r.size("moe_intermediate_size")
-    shared = r.size("shared_expert_intermediate_size", zero_ok=True)
-    if shared % moe_d_ff:
-        r.fail(f"shared_expert_intermediate_size {shared} is not a multiple of moe_intermediate_size {moe_d_ff}")
-    return _llama(r, qkv_bias=True) | {
-        "d_ff": 0,
-        "n_experts": r.size("num_experts"),
+    fields = fields | layers | {
+        "d_ff": fields["d_ff"] if layers else 0,  # pure MoE: no dense FFN (catalog convention)
+        "n_experts": n_experts,
         "top_k": r.size("num_experts_per_tok"),
         "moe_d_ff": moe_d_ff,
-        "n_shared_experts": shared // moe_d_ff,
-        "shared_expert_gate": shared > 0,
+    }
+    if not shared:
+        return fields
+    shared_d_ff = r.size("shared_expert_intermediate_size", zero_ok=True)
+    if shared_d_ff % moe_d_ff:
+        r.fail(f"shared_expert_intermediate_size {shared_d_ff} is not a multiple of moe_intermediate_size {moe_d_ff}")
+    # Qwen2MoeSparseMoeBlock builds shared_expert_gate (h -> 1) even when the shared expert has size 0
+    return fields | {"n_shared_experts": shared_d_ff // moe_d_ff, "shared_expert_gate": True}
+
+
+def _qwen2_moe(r: _Reader) -> dict:
+    """Qwen1.5/Qwen2 MoE: qkv biases (qkv_bias), routed experts, one gated shared expert."""
+    qkv = {"linear_bias": "qkv" if r.flag("qkv_bias", True) else "none"}
+    return _qwen_moe(r, _dense(r, bias=qkv), shared=True)
+
+
+def _qwen3(r: _Reader, head_dim_default: int = 128) -> dict:
+    """Qwen3: Llama with an RMSNorm of head_dim on every q and k head (modeling_qwen3.py), attention_bias on
+    q, k, v, o; Qwen3Config's head_dim is 128 when the file has none."""
+    return _dense(r, bias=_linear_bias(r), head_dim_default=head_dim_default) | {"qk_norm": True}
+
+
+def _qwen3_moe(r: _Reader) -> dict:
+    """Qwen3-MoE: Qwen3 attention (Qwen3MoeConfig has no head_dim default: h / a), routed experts without a
+    shared expert (modeling_qwen3_moe.py)."""
+    return _qwen_moe(r, _qwen3(r, head_dim_default=0), shared=False)
+
+
+def _olmo2(r: _Reader) -> dict:
+    """OLMo 2: q/k RMSNorms over all heads (a*d and g*d), norms after attention and after the FFN, none
+    before (modeling_olmo2.py: post_attention_layernorm, post_feedforward_layernorm)."""
+    return _dense(r, bias=_linear_bias(r)) | {"qk_norm": True, "qk_norm_all_heads": True}
+
+
+# Gemma3TextConfig's defaults (transformers configuration_gemma3.py): a Gemma 3 multimodal checkpoint's
+# text_config lists only what differs from them (tests/test_hf_models.py checks them against the class).
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
+    "attention_bias": False,
+}
+
+
+def _gemma3_text(r: _Reader) -> dict:
+    """Gemma 3 text model: Gemma 2's four norms per block, plus q/k RMSNorms of head_dim (modeling_gemma3.py)."""
+    fields = _gemma(_Reader(r.cfg, r.path, GEMMA3_TEXT_DEFAULTS, r.where), norms=4)
+    return fields | {"qk_norm": True}
+
+
+def _gemma3(r: _Reader) -> dict:
+    """Gemma 3 4B-27B (Gemma3ForConditionalGeneration): the text model of text_config; the SigLIP vision tower
+    and projector are not counted (give them through n_params)."""
+    return _gemma3_text(r.nested("text_config", GEMMA3_TEXT_DEFAULTS))
+
+
+# Llama4TextConfig's defaults (transformers configuration_llama4.py), for keys a text_config may leave out.
+LLAMA4_TEXT_DEFAULTS = {
+    "vocab_size": 202_048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+    "tie_word_embeddings": False, "attention_bias": False,
+}
+
+
+def _llama4_text(r: _Reader) -> dict:
+    """Llama 4 text model (modeling_llama4.py): MoE blocks at moe_layers (every interleave_moe_layer_step-th
+    layer) with a router, routed experts of intermediate_size and one shared expert of the same size; dense
+    blocks of intermediate_size_mlp between them. The q/k L2 norm (use_qk_norm) has no weights, and no-rope and
+    chunked-attention layers change no parameter."""
+    r = _Reader(r.cfg, r.path, LLAMA4_TEXT_DEFAULTS, r.where)
+    fields = _dense(r, bias=_linear_bias(r), head_dim_default=128)
+    n_layers, step = fields["n_layers"], r.size("interleave_moe_layer_step")
+    moe_layers = r.ints("moe_layers")
+    if moe_layers is not None and moe_layers != list(range(step - 1, n_layers, step)):
+        r.fail(f"moe_layers {moe_layers} cannot be expressed (only every interleave_moe_layer_step-th layer)")
+    return fields | ({"moe_layer_step": step} if step > 1 else {}) | {
+        "d_ff": r.size("intermediate_size_mlp") if step > 1 else 0,
+        "n_experts": r.size("num_local_experts"),
+        "top_k": r.size("num_experts_per_tok"),
+        "moe_d_ff": r.size("intermediate_size"),
+        "n_shared_experts": 1,  # Llama4TextMoe.shared_expert: Llama4TextMLP(intermediate_size)
+    }
+
+
+def _llama4(r: _Reader) -> dict:
+    """Llama 4 Scout / Maverick (Llama4ForConditionalGeneration): the text model of text_config; the vision
+    tower and projector are not counted (give them through n_params)."""
+    return _llama4_text(r.nested("text_config", LLAMA4_TEXT_DEFAULTS))
+
+
+def _gpt_oss(r: _Reader) -> dict:
+    """gpt-oss (modeling_gpt_oss.py): biases on q, k, v, o (attention_bias, true by default), one sink logit per
+    head, every block MoE with a biased router and experts whose gate_up and down projections carry biases.
+    The alternating sliding-window layers change no parameter."""
+    fields = _dense(r, bias=_linear_bias(r, attention_default=True), head_dim_default=64)
+    return fields | {
+        "d_ff": 0,
+        "n_experts": r.size("num_local_experts"),
+        "top_k": r.size("num_experts_per_tok", 4),  # GptOssConfig's default
+        "moe_d_ff": fields["d_ff"],
+        "attn_sinks": True,
+        "router_bias": True,
+        "expert_bias": True,
     }
 
 
 def _deepseek(r: _Reader) -> dict:
-    """DeepSeek-V2/V3: MLA attention (arXiv:2405.04434 sec. 2.1) and DeepSeekMoE after first_k_dense_replace
-    dense blocks. V3's multi-token-prediction module (num_nextn_predict_layers) is not counted."""
-    _no_extra_bias(r)
+    """DeepSeek-V2/V3 and Kimi K2: MLA attention (arXiv:2405.04434 sec. 2.1) and DeepSeekMoE after
+    first_k_dense_replace dense blocks. V3's multi-token-prediction module (num_nextn_predict_layers) is not
+    counted. transformers' modules build every layer from first_k_dense_replace on as MoE (moe_layer_freq is not
+    read), so a config with moe_layer_freq > 1 is refused rather than counted two ways."""
+    if r.flag("attention_bias", False) or r.flag("mlp_bias", False):
+        r.fail("attention_bias / mlp_bias = true cannot be expressed for MLA (biases on q_a, kv_a and o)")
     if r.size("moe_layer_freq", 1) != 1:
         r.fail("moe_layer_freq > 1 (dense layers between MoE layers) cannot be expressed")
     fields = _attention(r) | {
@@ -170,16 +318,25 @@ def _deepseek(r: _Reader) -> dict:
 
 MAPPERS = {
     "llama": _llama,
-    "mistral": _llama,
-    "phi3": lambda r: _llama(r) | {"fused_projections": True},  # qkv_proj, gate_up_proj
-    "qwen2": lambda r: _llama(r, qkv_bias=True),
+    "mistral": _dense,  # MistralAttention / MistralMLP build no bias
+    "phi3": lambda r: _dense(r) | {"fused_projections": True},  # qkv_proj, gate_up_proj: same count
+    "qwen2": lambda r: _dense(r, bias={"linear_bias": "qkv"}),  # q, k, v biases always
     "gemma": lambda r: _gemma(r, norms=2),
     "gemma2": lambda r: _gemma(r, norms=4),
+    "gemma3": _gemma3,
+    "gemma3_text": _gemma3_text,
     "gpt2": _gpt2,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "olmo2": _olmo2,
+    "llama4": _llama4,
+    "llama4_text": _llama4_text,
+    "gpt_oss": _gpt_oss,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "kimi_k2": _deepseek,  # Kimi K2's config.json: DeepseekV3ForCausalLM with model_type kimi_k2
 }
 
 

@@ -33,6 +33,14 @@ MODEL_FIELDS = [
     Field("kv_lora_rank", "int", 0, "MLA key/value low-rank size (0 = standard attention)"),
     Field("qk_rope_head_dim", "int", 0, "MLA rotary part of each query/key head"),
     Field("v_head_dim", "int", 0, "MLA value head size"),
+    # Qwen3, Gemma 3, OLMo 2, Llama 4, gpt-oss (transformers' modeling_<type>.py).
+    Field("qk_norm", "bool", False, "an RMSNorm on every query and key head, one weight of head_dim each (Qwen3, Gemma 3)"),
+    Field("qk_norm_all_heads", "bool", False, "the q/k RMSNorm spans all heads at once: weights a*d and g*d (OLMo 2)"),
+    Field("attn_out_bias", "bool", False, "a bias on the attention output projection too (attention_bias = true: gpt-oss)"),
+    Field("attn_sinks", "bool", False, "one learned attention-sink logit per head (gpt-oss)"),
+    Field("moe_layer_step", "int", 0, "one layer in s is MoE: layers s-1, 2s-1, ... (Llama 4 Maverick: 2; 0 = every layer)"),
+    Field("expert_bias", "bool", False, "biases on every routed expert's projections (gpt-oss)"),
+    Field("router_bias", "bool", False, "a bias on the router logits, E per MoE layer (gpt-oss)"),
     # How the Hugging Face module is written (what framework = pytorch | fsdp runs): it decides the saved tensors.
     Field("act_fn", codes.ActFn, codes.ActFn.GELU, "FFN activation as implemented: gelu (one kernel), gelu_new (HF GPT-2's Python tanh), silu"),
     Field("fused_projections", "bool", False, "q/k/v (and gate/up) are one matmul in the HF module (GPT-2 c_attn, Phi-3)"),

@@ -20,6 +20,7 @@ from engine import DATA_DIR
 from engine.errors import UserError
 from engine.inputs import vocabulary as config
 from engine.inputs.hf_config import model_from_hf_config
+from engine.inputs.hub import model_from_hub_cache
 
 MODELS_PATH = DATA_DIR / "models.toml"
 GPUS_PATH = DATA_DIR / "gpus.toml"
@@ -267,6 +268,7 @@ def resolve_model(name: str) -> dict:
     ----------
     name : str
         ``llama-3.1-8b``, ``meta-llama/Llama-3.1-8B`` (an alias), ``path/to/config.json`` or a model directory.
+        A Hub id the catalog does not know is read from the local Hugging Face cache when downloaded there.
 
     Returns
     -------
@@ -290,6 +292,8 @@ def resolve_model(name: str) -> dict:
     path = Path(name)
     if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
         return {"model": str(name), "source": str(path)} | model_from_hf_config(path)
+    if (cached := model_from_hub_cache(name)) is not None:  # a Hub id downloaded before (engine.inputs.hub)
+        return {"model": str(name)} | cached
     if path.suffix == ".json":
         raise UserError(f"no such model config file: {name}")
     raise _unknown("model", name, models)

@@ -1,8 +1,10 @@
 """Parameters of the whole model, counted from its dims as the Hugging Face modules build it.
 
 Counts follow the Hugging Face modules (modeling_llama.py, modeling_gpt2.py, modeling_qwen2.py,
-modeling_gemma2.py, modeling_mixtral.py, modeling_deepseek_v3.py); tests/test_catalog.py checks them against
-every catalog entry's published n_params exactly. What one rank holds of them: split.py.
+modeling_gemma2.py, modeling_mixtral.py, modeling_deepseek_v3.py, modeling_qwen3.py, modeling_qwen3_moe.py,
+modeling_gemma3.py, modeling_olmo2.py, modeling_llama4.py, modeling_gpt_oss.py); tests/test_catalog.py checks
+them against every catalog entry's published n_params exactly, and tests/test_hf_models.py against the modules
+transformers instantiates. What one rank holds of them: split.py.
 """
 
 from engine.inputs.codes import FFN, Bias, LoraTargets, Norm
@@ -31,7 +33,8 @@ def norm_params(c):
 def attention_matrix_params(c):
     """Attention weights of one layer, matrices and their biases (split by TP).
 
-    Standard / GQA: q h*a*d, k and v h*g*d each, o a*d*h.
+    Standard / GQA: q h*a*d, k and v h*g*d each, o a*d*h; biases a*d + 2g*d (qkv), + h on o (all, or
+    attn_out_bias: HF attention_bias = true); attention sinks a (modeling_gpt_oss.py GptOssAttention.sinks).
     MLA (DeepSeek-V2 sec. 2.1; modeling_deepseek_v3.py): q_a h*r_q + norm r_q + q_b r_q*a*(d + d_rope)
     (or q h*a*(d + d_rope)), kv_a h*(r_kv + d_rope) + norm r_kv, kv_b r_kv*a*(d + d_v), o a*d_v*h.
     """
@@ -42,11 +45,21 @@ def attention_matrix_params(c):
         kv = h * (rkv + dr) + rkv + rkv * a * (d + dv)
         return q + kv + a * dv * h
     weights = h * a * d + 2 * h * g * d + a * d * h
-    if c.linear_bias == Bias.QKV:
-        return weights + a * d + 2 * g * d
-    if c.linear_bias == Bias.ALL:
-        return weights + a * d + 2 * g * d + h
-    return weights
+    qkv_bias = a * d + 2 * g * d if c.linear_bias != Bias.NONE else 0
+    o_bias = h if c.linear_bias == Bias.ALL or c.attn_out_bias else 0
+    sinks = a if c.attn_sinks else 0
+    return weights + qkv_bias + o_bias + sinks
+
+
+@formula
+def qk_norm_params(c):
+    """The q and k RMSNorms of one layer: d each, shared by the heads (modeling_qwen3.py, modeling_gemma3.py
+    q_norm/k_norm over head_dim), or a*d + g*d when they span all heads (modeling_olmo2.py)."""
+    if not c.qk_norm:
+        return 0
+    if c.qk_norm_all_heads:
+        return (c.n_heads + kv_heads(c)) * head_dim(c)
+    return 2 * head_dim(c)
 
 
 @formula
@@ -59,29 +72,47 @@ def ffn_params(c, inner):
 
 
 @formula
+def expert_params(c):
+    """One routed expert: an FFN of moe_d_ff, plus biases on its gate/up (2f, or f) and down (h) projections
+    when expert_bias (modeling_gpt_oss.py GptOssExperts gate_up_proj_bias, down_proj_bias)."""
+    f = c.moe_d_ff
+    n_in = 2 if c.ffn_type == FFN.SWIGLU else 1
+    bias = n_in * f + c.d_model if c.expert_bias and c.linear_bias != Bias.ALL else 0
+    return ffn_params(c, f) + bias
+
+
+@formula
 def is_moe(c):
     return c.n_experts > 0
 
 
 @formula
 def n_moe_layers(c):
-    return c.n_layers - c.first_dense_layers if is_moe(c) else 0
+    """MoE blocks: every layer after the first_dense_layers (DeepSeek first_k_dense_replace), or with
+    moe_layer_step s the layers i >= k with (i + 1) % s == 0 (modeling_llama4.py moe_layers,
+    modeling_qwen3_moe.py decoder_sparse_step): L // s - k // s of them."""
+    if not is_moe(c):
+        return 0
+    s = max(c.moe_layer_step, 1)
+    return c.n_layers // s - c.first_dense_layers // s
 
 
 @formula
 def router_params(c):
-    """Router h*E, plus the shared-expert gate h (Qwen MoE): replicated, not split by EP."""
-    return c.d_model * c.n_experts + (c.d_model if c.shared_expert_gate else 0)
+    """Router h*E (+ E with router_bias, gpt-oss), plus the shared-expert gate h (Qwen MoE): replicated, not
+    split by EP."""
+    bias = c.n_experts if c.router_bias else 0
+    return c.d_model * c.n_experts + bias + (c.d_model if c.shared_expert_gate else 0)
 
 
 @formula
 def layer_params(c, moe_layer):
-    """One transformer block: norms + attention + (dense FFN | router + shared + routed experts)."""
-    block = c.norms_per_layer * norm_params(c) + attention_matrix_params(c)
+    """One transformer block: norms + q/k norms + attention + (dense FFN | router + shared + routed experts)."""
+    block = c.norms_per_layer * norm_params(c) + qk_norm_params(c) + attention_matrix_params(c)
     if not moe_layer:
         return block + ffn_params(c, c.d_ff)
     shared = c.n_shared_experts * ffn_params(c, c.moe_d_ff)
-    return block + router_params(c) + shared + c.n_experts * ffn_params(c, c.moe_d_ff)
+    return block + router_params(c) + shared + c.n_experts * expert_params(c)
 
 
 @formula

@@ -1,0 +1,86 @@
+"""Hugging Face Hub ids resolved offline, through the local Hub cache.
+
+`memsim explain --model Qwen/Qwen3-8B` finds the catalog entry through its `aliases`; an id the catalog does not
+know is looked up where huggingface_hub keeps its downloads (its file_download.py layout):
+
+    $HF_HUB_CACHE (else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub)
+        models--<owner>--<name>/refs/main            the commit the main branch pointed to when downloaded
+        models--<owner>--<name>/snapshots/<commit>/config.json
+
+Nothing is downloaded: without network access the cache is the only copy (HF_HUB_OFFLINE's behaviour).
+"""
+
+import os
+import re
+from pathlib import Path
+
+from engine.inputs.hf_config import model_from_hf_config
+
+# owner/name as the Hub spells repository ids (huggingface_hub.utils.validate_repo_id): letters, digits, - _ .
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+
+
+def hub_cache_dir() -> Path:
+    """The Hub cache directory huggingface_hub would use (constants.py: HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def _repo_folder(cache: Path, repo_id: str) -> Path | None:
+    """models--owner--name, or its case-insensitive match (the Hub resolves ids case-insensitively)."""
+    name = "models--" + repo_id.replace("/", "--")
+    exact = cache / name
+    if exact.is_dir():
+        return exact
+    if not cache.is_dir():
+        return None
+    matches = sorted(p for p in cache.glob("models--*") if p.name.lower() == name.lower() and p.is_dir())
+    return matches[0] if matches else None
+
+
+def _snapshot_config(folder: Path) -> Path | None:
+    """config.json of the snapshot refs/main names, else of the most recently written snapshot that has one."""
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        config = folder / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
+        if config.is_file():
+            return config
+    configs = [p for p in (folder / "snapshots").glob("*/config.json") if p.is_file()]
+    return max(configs, key=lambda p: p.stat().st_mtime) if configs else None
+
+
+def cached_config(repo_id: str) -> Path | None:
+    """The cached ``config.json`` of a Hub model id, or None when the id is not one or nothing is cached.
+
+    Parameters
+    ----------
+    repo_id : str
+        ``owner/name`` as on the Hub, e.g. ``Qwen/Qwen3-8B`` (any case).
+
+    Examples
+    --------
+    >>> cached_config("not a hub id") is None
+    True
+    """
+    repo_id = str(repo_id).strip()
+    if not HUB_ID.fullmatch(repo_id):
+        return None
+    folder = _repo_folder(hub_cache_dir(), repo_id)
+    return _snapshot_config(folder) if folder is not None else None
+
+
+def model_from_hub_cache(repo_id: str) -> dict | None:
+    """Model fields of a Hub id from its cached config.json (engine.inputs.hf_config), with ``source`` the file;
+    None when nothing is cached for it.
+
+    Examples
+    --------
+    >>> model_from_hub_cache("nobody/no-such-model-here") is None
+    True
+    """
+    config = cached_config(repo_id)
+    return None if config is None else {"source": str(config)} | model_from_hf_config(config)
