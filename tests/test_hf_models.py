@@ -16,7 +16,7 @@ from engine.errors import UserError
 from engine.inputs import hf_config
 from engine.inputs.hf_config import model_from_hf_config
 from engine.model.catalog import load_models, model_record
-from engine.model.params import param_count
+from engine.model.params import moe_layers_between, n_moe_layers, param_count
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -187,3 +187,23 @@ def test_published_config_counts_what_transformers_builds(key):
     # model of a multimodal checkpoint), so the catalog, the reader and transformers agree on real dims too.
     cfg = json.loads((FIXTURES / f"{key}.json").read_text())
     assert text_param_count(instantiate(cfg)) == memsim_count(FIXTURES / f"{key}.json") == MODELS[key]["n_params"]
+
+
+def moe_block_flags(model) -> list[bool]:
+    """Which decoder blocks transformers built with routed experts (a module holding an `experts` child)."""
+    layers = model.model.layers if hasattr(model.model, "layers") else model.model.language_model.layers
+    return [any(name.endswith("experts") for name, _ in layer.named_modules()) for layer in layers]
+
+
+@pytest.mark.parametrize(
+    "case", ["qwen3-moe-interleaved", "qwen3-moe-step-3-after-dense", "llama4-text-interleaved", "deepseek-v3-two-shared"]
+)
+def test_moe_layers_of_every_layer_range_match_the_blocks_transformers_builds(case, tmp_path):
+    # What a pipeline stage holding layers first..last-1 gets: exact for every contiguous range.
+    flags = moe_block_flags(instantiate(CASES[case]))
+    rec = model_record(model_from_hf_config(write_config(tmp_path, CASES[case])))
+    n = len(flags)
+    for first in range(n + 1):
+        for last in range(first, n + 1):
+            assert moe_layers_between(rec, first, last) == sum(flags[first:last]), (first, last)
+    assert n_moe_layers(rec) == sum(flags)

@@ -98,6 +98,17 @@ def n_moe_layers(c):
 
 
 @formula
+def moe_layers_between(c, first, last):
+    """MoE blocks among layers first..last-1 (one pipeline stage): the i >= first_dense_layers with
+    (i + 1) % s == 0, s = moe_layer_step (1 when 0); n_moe_layers is moe_layers_between(c, 0, L)."""
+    if not is_moe(c):
+        return 0
+    s = max(c.moe_layer_step, 1)
+    lo = max(first, c.first_dense_layers)
+    return max(0, last // s - lo // s)
+
+
+@formula
 def router_params(c):
     """Router h*E (+ E with router_bias, gpt-oss), plus the shared-expert gate h (Qwen MoE): replicated, not
     split by EP."""
