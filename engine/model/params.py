@@ -167,11 +167,11 @@ def largest_layer_params(c):
 
 
 @formula
-def lora_params_per_layer(c):
-    """LoRA adapters of one block: r*(d_in + d_out) per adapted matrix (Hu et al. 2021, sec. 4.1).
+def lora_params_layer(c, moe_layer):
+    """LoRA adapters of one block, dense or MoE: r*(d_in + d_out) per adapted matrix (Hu et al. 2021, sec. 4.1).
 
-    qv: q (h -> a*d) and v (h -> g*d); attn: q, k, v, o; all_linear: also the FFN's 2 or 3 matrices
-    (every expert's too, as PEFT's all-linear adapts each expert's nn.Linear).
+    qv: q (h -> a*d) and v (h -> g*d); attn: q, k, v, o; all_linear: also the FFN's 2 or 3 matrices, or in an
+    MoE block every routed and shared expert's (as PEFT's all-linear adapts each expert's nn.Linear).
     """
     r, h, a, g, d = c.lora_rank, c.d_model, c.n_heads, kv_heads(c), head_dim(c)
     q, v = r * (h + a * d), r * (h + g * d)
@@ -181,10 +181,14 @@ def lora_params_per_layer(c):
     if c.lora_targets == LoraTargets.ATTN:
         return attn
     n_in = 2 if c.ffn_type == FFN.SWIGLU else 1
-    per_ffn = n_in * r * (h + c.d_ff) + r * (c.d_ff + h)
-    if is_moe(c):
+    if moe_layer:
         per_expert = n_in * r * (h + c.moe_d_ff) + r * (c.moe_d_ff + h)
         return attn + (c.n_experts + c.n_shared_experts) * per_expert
-    return attn + per_ffn
+    return attn + n_in * r * (h + c.d_ff) + r * (c.d_ff + h)
 
 
+@formula
+def lora_params_per_layer(c):
+    """LoRA adapters of one block as split.py multiplies them by the layers of a stage: an MoE block's whenever
+    the model has experts (an upper bound where dense blocks sit between MoE blocks: lora_params_layer)."""
+    return lora_params_layer(c, is_moe(c))
