@@ -9,6 +9,7 @@ import pytest
 
 from engine.errors import UserError
 from engine.inputs.hf_config import model_from_hf_config
+from engine.inputs.hub import cached_config
 from engine.model.catalog import (
     catalog_version,
     gpus_table,
@@ -192,6 +193,7 @@ def cache_snapshot(hub: Path, repo_id: str, fixture: str, *, commit: str = "0123
 @pytest.fixture
 def hf_home(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     return tmp_path / "hub"
 
@@ -226,6 +228,19 @@ def test_hf_hub_cache_takes_precedence_over_hf_home(hf_home, tmp_path, monkeypat
     cache_snapshot(hf_home, "acme/model", "qwen3-8b.json")
     cache_snapshot(tmp_path / "elsewhere", "acme/model", "olmo-2-7b.json")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    assert resolve_model("acme/model")["family"] == "olmo2"
+
+
+def test_cache_lookup_finds_the_file_huggingface_hub_finds(hf_home):
+    hub = pytest.importorskip("huggingface_hub")
+    cache_snapshot(hf_home, "acme/model", "qwen3-8b.json", commit="main-commit")
+    found = hub.try_to_load_from_cache("acme/model", "config.json", cache_dir=hf_home)
+    assert cached_config("acme/model") == Path(found)
+
+
+def test_legacy_huggingface_hub_cache_is_honoured(hf_home, tmp_path, monkeypatch):
+    cache_snapshot(tmp_path / "legacy", "acme/model", "olmo-2-7b.json")
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "legacy"))
     assert resolve_model("acme/model")["family"] == "olmo2"
 
 

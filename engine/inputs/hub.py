@@ -3,7 +3,7 @@
 `memsim explain --model Qwen/Qwen3-8B` finds the catalog entry through its `aliases`; an id the catalog does not
 know is looked up where huggingface_hub keeps its downloads (its file_download.py layout):
 
-    $HF_HUB_CACHE (else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub)
+    $HF_HUB_CACHE (else $HUGGINGFACE_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub)
         models--<owner>--<name>/refs/main            the commit the main branch pointed to when downloaded
         models--<owner>--<name>/snapshots/<commit>/config.json
 
@@ -21,13 +21,15 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
 
 
 def hub_cache_dir() -> Path:
-    """The Hub cache directory huggingface_hub would use (constants.py: HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+    """The Hub cache directory huggingface_hub would use (constants.py: HF_HUB_CACHE, the legacy
+    HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub)."""
+
+    def env(name):
+        value = os.environ.get(name)
+        return Path(os.path.expandvars(value)).expanduser() if value else None
+
+    home = env("HF_HOME") or (env("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return env("HF_HUB_CACHE") or env("HUGGINGFACE_HUB_CACHE") or home / "hub"
 
 
 def _repo_folder(cache: Path, repo_id: str) -> Path | None:
