@@ -58,6 +58,7 @@ CASES = {
     "deepseek-v3": {"model_type": "deepseek_v3", **BASE, **MLA, "num_key_value_heads": 4},
     "deepseek-v3-two-shared": {"model_type": "deepseek_v3", **BASE, **MLA, "num_key_value_heads": 4,
                                "n_shared_experts": 2, "first_k_dense_replace": 2},
+    "kimi-k2": {"model_type": "kimi_k2", **BASE, **MLA, "num_key_value_heads": 4},
     "qwen3": {"model_type": "qwen3", **BASE},
     "qwen3-tied-head-dim": {"model_type": "qwen3", **BASE, "tie_word_embeddings": True, "head_dim": 32},
     "qwen3-attention-bias": {"model_type": "qwen3", **BASE, "attention_bias": True, "head_dim": 16},
@@ -94,6 +95,7 @@ MULTIMODAL = {
                                                         "num_local_experts": 4, "intermediate_size_mlp": 128,
                                                         "interleave_moe_layer_step": 2}},
 }
+MODEL_CLASS = {"kimi_k2": "deepseek_v3"}  # model types transformers builds under another type's classes
 NOT_TEXT = ("vision", "multi_modal_projector")  # module names of the parts memsim leaves to n_params
 
 
@@ -109,7 +111,8 @@ def memsim_count(path) -> int:
 
 def instantiate(cfg: dict):
     """The model transformers builds from the config, on the meta device (shapes only, no memory)."""
-    config = transformers.AutoConfig.for_model(**cfg)
+    # Kimi K2's config.json names DeepseekV3ForCausalLM (remote code) under model_type kimi_k2
+    config = transformers.AutoConfig.for_model(**(cfg | {"model_type": MODEL_CLASS.get(cfg["model_type"], cfg["model_type"])}))
     with torch.device("meta"):
         if cfg["model_type"] in MULTIMODAL:
             return transformers.AutoModelForImageTextToText.from_config(config)
