@@ -8,6 +8,15 @@ forward and backward are the ones users train):
     swiglu    rmsnorm    none | all       LlamaForCausalLM  (attention_bias = mlp_bias = (all))
     swiglu    rmsnorm    qkv              Qwen2ForCausalLM  (bias on q, k, v only)
 
+Mixture of experts (``n_experts`` > 0, swiglu + rmsnorm), by the fields that tell the families apart:
+
+    kv_lora_rank > 0        DeepseekV3ForCausalLM  (MLA; n_shared_experts shared, first_dense_layers dense)
+    shared_expert_gate      Qwen2MoeForCausalLM    (one gated shared expert of n_shared_experts * moe_d_ff)
+    qk_norm                 Qwen3MoeForCausalLM    (q/k RMSNorm per head, no shared expert)
+    otherwise               MixtralForCausalLM     (every block MoE, no shared expert)
+
+transformers runs the experts through ``grouped_mm_experts_forward`` (its default ``experts_implementation``).
+
 The caller builds under ``FakeTensorMode`` (no memory, no compute); the same code builds real
 tensors for the CPU and CUDA checks. LoRA adapters come from peft (``get_peft_model``).
 """
@@ -28,11 +37,22 @@ LORA_TARGETS = {
     },
 }
 LORA_TARGETS["qwen2"] = LORA_TARGETS["llama"]
+MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+               "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+BLOCKS = ("GPT2Block", "LlamaDecoderLayer", "Qwen2DecoderLayer", "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
+          "Qwen3MoeDecoderLayer", "DeepseekV3DecoderLayer")
+
+
+MOE_ARCHITECTURES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
 
 
 def architecture(c: dict) -> str:
-    """``'gpt2'``, ``'llama'`` or ``'qwen2'`` for the dims in ``c``, or a UserError naming the mismatch."""
+    """``'gpt2'``, ``'llama'``, ``'qwen2'`` or an MoE family for the dims in ``c``, or a UserError naming the
+    mismatch."""
     ffn, norm, bias = c["ffn_type"], c["norm_type"], c["linear_bias"]
+    if c.get("n_experts", 0) > 0:
+        return _moe_architecture(c)
     if ffn == "gelu" and norm == "layernorm":
         if bias != "all":
             raise UserError(f"GPT-2 (gelu + layernorm) always has biases: linear_bias must be 'all', not {bias!r}")
@@ -41,6 +61,62 @@ def architecture(c: dict) -> str:
         return "qwen2" if bias == "qkv" else "llama"
     raise UserError(f"no Hugging Face architecture measured for ffn_type={ffn!r} with norm_type={norm!r} "
                     "(accepted: gelu+layernorm -> GPT-2, swiglu+rmsnorm -> Llama/Qwen2)")
+
+
+def _moe_architecture(c: dict) -> str:
+    """The MoE family the fields describe (see module docstring)."""
+    if c["ffn_type"] != "swiglu" or c["norm_type"] != "rmsnorm":
+        raise UserError("mixture-of-experts models are measured with ffn_type='swiglu' and norm_type='rmsnorm'")
+    if c.get("top_k", 0) < 1 or c.get("moe_d_ff", 0) < 1:
+        raise UserError("a mixture-of-experts model needs top_k >= 1 and moe_d_ff >= 1")
+    if c.get("kv_lora_rank", 0) > 0:
+        return "deepseek_v3"
+    if c.get("shared_expert_gate"):
+        return "qwen2_moe"
+    if c.get("n_shared_experts", 0):
+        raise UserError("shared experts are measured with DeepSeek (kv_lora_rank > 0) or Qwen2-MoE "
+                        "(shared_expert_gate=true)")
+    if c.get("first_dense_layers", 0) and not c.get("qk_norm"):
+        raise UserError("Mixtral has no dense layers: first_dense_layers must be 0")
+    return "qwen3_moe" if c.get("qk_norm") else "mixtral"
+
+
+def _moe_config(c: dict, arch: str):
+    """The transformers config of an MoE family (``_moe_architecture``) for the fields in ``c``."""
+    import transformers as tf
+
+    if c["n_positions"]:
+        raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
+    head_dim = c["head_dim"] or c["d_model"] // c["n_heads"]
+    dense = list(range(c.get("first_dense_layers", 0)))
+    common = dict(
+        vocab_size=c["vocab"], hidden_size=c["d_model"], num_hidden_layers=c["n_layers"],
+        num_attention_heads=c["n_heads"], num_key_value_heads=c["n_kv_heads"], num_experts_per_tok=c["top_k"],
+        max_position_embeddings=max(c["seq_len"], 4096), tie_word_embeddings=c["tied_embeddings"],
+        attention_dropout=c["dropout"], use_cache=False, attn_implementation=ATTN_IMPLEMENTATION[c["attention"]])
+    if arch == "mixtral":
+        cfg = tf.MixtralConfig(**common, intermediate_size=c["moe_d_ff"], num_local_experts=c["n_experts"])
+    elif arch == "qwen2_moe":
+        cfg = tf.Qwen2MoeConfig(**common, intermediate_size=c["d_ff"] or c["moe_d_ff"],
+                                moe_intermediate_size=c["moe_d_ff"], num_experts=c["n_experts"],
+                                shared_expert_intermediate_size=c.get("n_shared_experts", 0) * c["moe_d_ff"],
+                                mlp_only_layers=dense, qkv_bias=c["linear_bias"] == "qkv")
+    elif arch == "qwen3_moe":
+        cfg = tf.Qwen3MoeConfig(**common, intermediate_size=c["d_ff"] or c["moe_d_ff"],
+                                moe_intermediate_size=c["moe_d_ff"], num_experts=c["n_experts"],
+                                mlp_only_layers=dense, attention_bias=c["linear_bias"] == "all")
+    else:  # deepseek_v3: one routing group (n_group = topk_group = 1), as the small DeepSeek-V2-Lite routes
+        common["num_key_value_heads"] = c["n_heads"]
+        cfg = tf.DeepseekV3Config(**common, intermediate_size=c["d_ff"] or c["moe_d_ff"],
+                                  moe_intermediate_size=c["moe_d_ff"], n_routed_experts=c["n_experts"],
+                                  n_shared_experts=c.get("n_shared_experts", 0),
+                                  first_k_dense_replace=len(dense), q_lora_rank=c.get("q_lora_rank") or None,
+                                  kv_lora_rank=c["kv_lora_rank"], qk_rope_head_dim=c["qk_rope_head_dim"],
+                                  qk_nope_head_dim=head_dim, v_head_dim=c["v_head_dim"] or head_dim,
+                                  n_group=1, topk_group=1)
+        return cfg
+    cfg.head_dim = head_dim
+    return cfg
 
 
 def _gpt2_config(c: dict):
@@ -90,12 +166,15 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     Build errors inside transformers or peft (e.g. heads that do not divide d_model) become a
     one-line UserError rather than a traceback.
     """
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM
+    import transformers as tf
 
     arch = architecture(c)
     try:
-        cfg = _gpt2_config(c) if arch == "gpt2" else _llama_config(c, arch)
-        cls = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM}[arch]
+        if arch in MOE_ARCHITECTURES:
+            cfg = _moe_config(c, arch)
+        else:
+            cfg = _gpt2_config(c) if arch == "gpt2" else _llama_config(c, arch)
+        cls = getattr(tf, MODEL_CLASS[arch])
         old = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
@@ -125,6 +204,5 @@ def _add_lora(model: torch.nn.Module, c: dict, arch: str) -> torch.nn.Module:
 
 
 def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated decoder blocks, in order (GPT2Block, LlamaDecoderLayer, Qwen2DecoderLayer)."""
-    names = ("GPT2Block", "LlamaDecoderLayer", "Qwen2DecoderLayer")
-    return [m for m in model.modules() if type(m).__name__ in names]
+    """The repeated decoder blocks, in order (``BLOCKS``: GPT2Block, LlamaDecoderLayer, ...)."""
+    return [m for m in model.modules() if type(m).__name__ in BLOCKS]

@@ -6,7 +6,7 @@ from contextlib import ExitStack
 
 import torch
 
-from engine.checks.measure import breakdown, recipes
+from engine.checks.measure import breakdown, parallel, recipes
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.case import resolve
 from engine.checks.measure.cuda_semantics import (
@@ -152,8 +152,9 @@ def measure_case(case: dict, device: str = "fake") -> dict:
     Raises
     ------
     UserError
-        An option one device cannot measure (parallel degrees > 1, ZeRO, fp8, selective
-        checkpointing, quantized base...) or dims transformers cannot build.
+        An option no path measures (``parallel.check``, ``recipes.check``, fp8, a quantized base...) or
+        dims transformers cannot build. Multi-GPU layouts and MoE models run one rank of a simulated world
+        (``parallel_run.run_rank``; device='fake' only) and add the rank's anatomy columns.
 
     Examples
     --------
@@ -166,7 +167,14 @@ def measure_case(case: dict, device: str = "fake") -> dict:
     if device not in MEASURE_DEVICE:
         raise UserError(f"unknown measure device {device!r}; accepted: {', '.join(MEASURE_DEVICE)}")
     c = resolve(case)
-    if device == "cuda":
+    if parallel.needs_world(c):
+        if device != "fake":
+            raise UserError(f"multi-GPU layouts and experts are measured on device='fake' (one rank of a simulated "
+                            f"world), not {device!r}")
+        from engine.checks.measure.parallel_run import run_rank, summarize as summarize_rank
+
+        measured = summarize_rank(run_rank(c), c)
+    elif device == "cuda":
         from engine.checks.measure.cuda_run import measure_on_cuda
 
         measured = measure_on_cuda(c)

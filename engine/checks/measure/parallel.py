@@ -1,25 +1,319 @@
-"""Multi-GPU layouts the harness measures (rank 0 of a world simulated in one process).
+"""Multi-GPU layouts the harness measures: one rank of a world simulated in one process (``distributed.py``).
 
-``check(c)`` refuses what no path runs yet: today one device only.
+``check(c)`` refuses, in one line, what no path runs; ``apply_layout`` wraps a built model the way the
+framework the layout names does it, with that framework's own code:
+
+    layout (CONFIG.md)                               what runs
+    framework=pytorch, zero_stage=0, dp>1            torch DistributedDataParallel (bucket_cap_mb,
+                                                     gradient_as_bucket_view: harness columns)
+    framework=fsdp, zero_stage=3 | 2                 FSDP2 ``fully_shard`` on every decoder block, then the root;
+                                                     reshard_after_forward = (zero_stage == 3);
+                                                     MixedPrecisionPolicy(bf16 params, fp32 reduce) for amp_bf16;
+                                                     CPUOffloadPolicy for offload=optimizer_params
+    tp>1, tp_plan=dtensor                            ``parallelize_module`` with torchtitan's Llama plan
+                                                     (Colwise q/k/v/gate/up, Rowwise o/down, vocab-parallel
+                                                     embedding and head; SequenceParallel norms when sp;
+                                                     sharded logits and ``loss_parallel`` when loss_parallel)
+    tp>1, tp_plan=hf                                 transformers' own plan (``DistributedConfig(tp_size=t)``,
+                                                     the model's ``base_model_tp_plan`` + ``_tp_plan``: logits
+                                                     gathered on every rank)
+    tp>1 with framework=fsdp, dp>1                   the DTensor plan on the "tp" mesh dim, FSDP2 on "dp" (2D)
+    cp>1 (framework=fsdp)                            ``context_parallel`` (ring attention over SDPA) with FSDP2 over
+                                                     dp*cp, as torchtitan shards over dp_shard_cp
+    pp>1                                             ``torch.distributed.pipelining`` (parallel_pipeline.py)
+    ep>1 (MoE, framework=fsdp)                       transformers' ``DistributedConfig(fsdp_size=dp, ep_size=ep)``:
+                                                     experts sharded over ep with AllToAllEP token dispatch, FSDP2
+                                                     plan over the dense modules and the expert replicas
+
+Harness parameters that are not CONFIG.md inputs travel in the case under the names of ``HARNESS``.
 """
 
 from __future__ import annotations
 
 from engine.errors import UserError
 
-SINGLE_DEVICE = ("tp", "pp", "cp", "ep", "n_gpus", "dp")
+# Harness parameters (columns of data/measured/parallel.csv beside CONFIG.md's) and their defaults.
+HARNESS = {
+    "rank": 0,  # the global rank measured
+    "tp_plan": "dtensor",  # dtensor (torchtitan's parallelize_module plan) | hf (transformers' tp_plan)
+    "ddp_bucket_cap_mb": 25,  # DDP's default
+    "ddp_grad_as_bucket_view": False,  # DDP's default
+    "fsdp_param_dtype": "",  # MixedPrecisionPolicy.param_dtype ("" = the parameters' own dtype)
+    "fsdp_reduce_dtype": "",  # MixedPrecisionPolicy.reduce_dtype ("" = param_dtype)
+    "fsdp_wrap": "blocks",  # fully_shard on each decoder block, then on the root
+}
+TP_PLANS = ("dtensor", "hf")
+DTYPES = ("", "float32", "bfloat16", "float16")
+# Recipe knobs the multi-GPU paths run only at their defaults (the single-GPU harness measures the others).
+PLAIN_RECIPE = {"optimizer_impl": "foreach", "loss_impl": "standard", "zero_grad": "none",
+                "optimizer_in_backward": False, "activation_offload": False, "checkpoint_every": 1}
+
+
+def needs_world(c: dict) -> bool:
+    """Whether ``c`` runs on the simulated world (any parallel degree, ZeRO/FSDP, or experts)."""
+    return (any(c[k] > 1 for k in ("n_gpus", "dp", "tp", "pp", "cp", "ep")) or c["zero_stage"] > 0
+            or c["framework"] == "fsdp" or c["n_experts"] > 0)
+
+
+def with_harness(c: dict) -> dict:
+    """``c`` with every harness parameter present (defaults filled, types coerced)."""
+    out = {**HARNESS, **{k: v for k, v in c.items() if v not in (None, "") or k not in HARNESS}}
+    out["rank"] = int(out["rank"])
+    out["ddp_bucket_cap_mb"] = float(out["ddp_bucket_cap_mb"])
+    if isinstance(out["ddp_grad_as_bucket_view"], str):
+        out["ddp_grad_as_bucket_view"] = out["ddp_grad_as_bucket_view"].strip().lower() == "true"
+    return out
+
+
+def world_size(c: dict) -> int:
+    """GPUs in the simulated world: dp * tp * pp * cp (experts are sharded inside dp * tp)."""
+    return c["dp"] * c["tp"] * c["pp"] * c["cp"]
 
 
 def check(c: dict) -> None:
-    """UserError for a layout the harness cannot run."""
-    for k in SINGLE_DEVICE:
-        if c[k] != 1:
-            raise UserError(f"{k}={c[k]} cannot be measured: the harness runs one device (all parallel degrees 1)")
-    if c["zero_stage"] or c["sp"]:
-        raise UserError("zero_stage and sp need several devices: measure with zero_stage=0, sp=false")
-    if c["framework"] != "pytorch":
-        raise UserError(f"framework={c['framework']!r} cannot be measured here; accepted: pytorch")
-    if c["n_experts"]:
-        raise UserError("mixture-of-experts models are not measured (n_experts must be 0)")
-    if c["loss_parallel"]:
-        raise UserError("loss_parallel needs tp > 1, which the harness does not run")
+    """UserError (one line) for a layout the harness cannot run."""
+    h = with_harness(c)
+    t, p, cp, ep, d = c["tp"], c["pp"], c["cp"], c["ep"], c["dp"]
+    if min(t, p, cp, ep, d) < 1:
+        raise UserError("parallel degrees (tp, pp, cp, ep, dp) must be at least 1")
+    if c["n_gpus"] != world_size(c):
+        raise UserError(f"n_gpus={c['n_gpus']} must equal dp*tp*pp*cp = {world_size(c)}")
+    if not 0 <= h["rank"] < world_size(c):
+        raise UserError(f"rank={h['rank']} is outside the world of {world_size(c)} GPUs")
+    if h["tp_plan"] not in TP_PLANS:
+        raise UserError(f"tp_plan={h['tp_plan']!r} is unknown; accepted: {', '.join(TP_PLANS)}")
+    for k in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        if h[k] not in DTYPES:
+            raise UserError(f"{k}={h[k]!r} is unknown; accepted: {', '.join(repr(x) for x in DTYPES)}")
+    if not needs_world(c):
+        if c["sp"] or c["loss_parallel"]:
+            raise UserError("sp and loss_parallel need tp > 1")
+        return
+    if c["ffn_type"] != "swiglu" or c["norm_type"] != "rmsnorm":
+        raise UserError(f"{_layout(c)}: multi-GPU layouts and experts are measured on Llama-style models "
+                        "(swiglu + rmsnorm: Llama, Qwen2, Mixtral, Qwen-MoE, DeepSeek), whose module names the "
+                        "TP and pipeline plans use, not on GPT-2")
+    if c["framework"] not in ("pytorch", "fsdp"):
+        raise UserError(f"framework={c['framework']!r} cannot be measured on several GPUs; accepted: pytorch, fsdp")
+    for k, v in PLAIN_RECIPE.items():
+        if c[k] != v:
+            raise UserError(f"{k}={c[k]!r} is measured on one GPU only; multi-GPU layouts run {k}={v!r}")
+    if c["checkpointing"] not in ("none", "full"):
+        raise UserError("multi-GPU layouts are measured with checkpointing 'none' or 'full'")
+    if c["lora_rank"]:
+        raise UserError("LoRA is measured on one GPU only (lora_rank must be 0 with a parallel layout or experts)")
+    if c["precision"] not in ("fp32", "bf16", "amp_bf16"):
+        raise UserError(f"precision={c['precision']!r}: multi-GPU layouts are measured in fp32, bf16 or amp_bf16")
+    _check_layout(c, h)
+
+
+def _layout(c: dict) -> str:
+    """The layout's non-default settings, e.g. ``n_gpus=8, dp=8`` (names an error after the case)."""
+    parts = [f"{k}={c[k]}" for k in ("n_gpus", "dp", "tp", "pp", "cp", "ep") if c[k] > 1]
+    parts += [f"{k}={c[k]}" for k in ("zero_stage", "n_experts") if c[k]]
+    parts += [f"framework={c['framework']}"] if c["framework"] != "pytorch" else []
+    return ", ".join(parts) or "one GPU"
+
+
+def _check_layout(c: dict, h: dict) -> None:
+    t, p, cp, ep, d, z = c["tp"], c["pp"], c["cp"], c["ep"], c["dp"], c["zero_stage"]
+    fsdp = c["framework"] == "fsdp"
+    if fsdp and z not in (2, 3):
+        raise UserError("framework='fsdp' is FSDP2: zero_stage 3 (FULL_SHARD) or 2 (SHARD_GRAD_OP)")
+    if not fsdp and z:
+        raise UserError(f"zero_stage={z} with framework='pytorch' has no PyTorch implementation; "
+                        "use framework='fsdp' (zero_stage 2 or 3)")
+    if c["offload"] == "optimizer":
+        raise UserError("offload='optimizer' has no FSDP2 form; FSDP2's CPUOffloadPolicy is offload='optimizer_params'")
+    if c["offload"] != "none" and not (fsdp and t == p == cp == ep == 1):
+        raise UserError("offload is measured with FSDP2 alone (framework='fsdp', tp=pp=cp=ep=1)")
+    if (c["sp"] or c["loss_parallel"]) and t == 1:
+        raise UserError("sp and loss_parallel need tp > 1")
+    if t > 1 and h["tp_plan"] == "hf" and (c["sp"] or c["loss_parallel"]):
+        raise UserError("transformers' tp_plan has no sequence parallelism and gathers the logits: "
+                        "sp and loss_parallel need tp_plan='dtensor'")
+    if t > 1 and c["tied_embeddings"]:
+        raise UserError("tensor parallelism is measured on untied embeddings (a tied weight cannot take both "
+                        "the embedding's and the head's sharding)")
+    if p > 1:
+        from engine.checks.measure.parallel_pipeline import check as check_pipeline
+
+        if t > 1 or cp > 1 or ep > 1 or d > 1:
+            raise UserError("pipeline parallelism is measured alone (tp=cp=ep=dp=1)")
+        check_pipeline(c)
+        return
+    if c["pp_schedule"] != "1f1b" or c["vpp"] != 1 or c["pp_first_layers"] or c["pp_last_layers"]:
+        raise UserError("pp_schedule, vpp, pp_first_layers and pp_last_layers need pp > 1")
+    if ep > 1:
+        if not c["n_experts"]:
+            raise UserError("ep > 1 needs experts (n_experts > 0)")
+        if not fsdp or z != 3 or t > 1 or cp > 1:
+            raise UserError("expert parallelism is measured as transformers runs it: framework='fsdp', "
+                            "zero_stage=3, tp=cp=1 (DistributedConfig(fsdp_size=dp, ep_size=ep))")
+        if d % ep or c["n_experts"] % ep:
+            raise UserError(f"ep={ep} must divide dp={d} and n_experts={c['n_experts']}")
+        return
+    if cp > 1:
+        if not fsdp or t > 1:
+            raise UserError("context parallelism is measured with FSDP2 over dp*cp (framework='fsdp', tp=1)")
+        if c["attention"] != "flash" or c["precision"] == "fp32":
+            raise UserError("context parallelism runs ring attention over the flash kernel: attention='flash' "
+                            "and a 16-bit precision")
+        if c["seq_len"] % (2 * cp):
+            raise UserError(f"seq_len={c['seq_len']} must divide by 2*cp={2 * cp} (load-balanced ring attention)")
+        return
+    if t > 1:
+        if c["n_experts"]:
+            raise UserError("experts are measured with expert parallelism (ep), not tp")
+        if c["n_heads"] % t or c["n_kv_heads"] % t:
+            raise UserError(f"tp={t} must divide n_heads={c['n_heads']} and n_kv_heads={c['n_kv_heads']}")
+        if c["sp"] and c["seq_len"] % t:
+            raise UserError(f"sp: seq_len={c['seq_len']} must divide by tp={t}")
+        if d > 1 and not fsdp:
+            raise UserError("tp with dp > 1 is measured as FSDP2 + TP (framework='fsdp')")
+        if h["tp_plan"] == "hf" and d > 1:
+            raise UserError("tp_plan='hf' is measured with dp=1")
+        return
+    if d == 1 and not fsdp and not c["n_experts"]:
+        raise UserError("a one-GPU layout is measured by the single-GPU harness")
+
+
+def mixed_precision(c: dict):
+    """FSDP2's MixedPrecisionPolicy for the case (``fsdp_param_dtype`` / ``fsdp_reduce_dtype``), or None."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    h = with_harness(c)
+    if not h["fsdp_param_dtype"]:
+        return None
+    param = getattr(torch, h["fsdp_param_dtype"])
+    reduce = getattr(torch, h["fsdp_reduce_dtype"]) if h["fsdp_reduce_dtype"] else None
+    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
+
+
+def uses_autocast(c: dict) -> bool:
+    """amp_* runs under torch.autocast unless FSDP2's MixedPrecisionPolicy does the casting (torchtitan)."""
+    return c["precision"].startswith("amp") and not with_harness(c)["fsdp_param_dtype"]
+
+
+def _fsdp_kwargs(c: dict) -> dict:
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    kw = {"reshard_after_forward": c["zero_stage"] == 3}
+    mp = mixed_precision(c)
+    if mp is not None:
+        kw["mp_policy"] = mp
+    if c["offload"] == "optimizer_params":
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=False)  # pinned host memory needs a CUDA build
+    return kw
+
+
+def apply_fsdp(model, c: dict, mesh, blocks) -> None:
+    """FSDP2 as the case says: each decoder block, then the root (``fsdp_wrap = blocks``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    kw = _fsdp_kwargs(c)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, **kw)
+    fully_shard(model, mesh=mesh, **kw)
+
+
+def apply_ddp(model, c: dict):
+    """torch DDP over the world, with the case's bucket size and gradient_as_bucket_view (see ``ddp_hooks``)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    h = with_harness(c)
+    ddp = DDP(model, bucket_cap_mb=h["ddp_bucket_cap_mb"], gradient_as_bucket_view=h["ddp_grad_as_bucket_view"],
+              init_sync=False)
+    ddp.register_comm_hook(None, _allreduce_hook)
+    ddp.reducer = _NoRebuild(ddp.reducer)
+    return ddp
+
+
+def _allreduce_hook(process_group, bucket):
+    """DDP's default all-reduce (``default_hooks.allreduce_hook``: divide in place, all-reduce in place), returning
+    the bucket itself: the fake process group's future carries no value for the reducer to read back."""
+    import torch
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    buf.div_(dist.get_world_size(group))
+    dist.all_reduce(buf, group=group, async_op=True)
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+class _NoRebuild:
+    """DDP's reducer without the bucket rebuild of the second iteration.
+
+    ``Reducer::rebuild_buckets`` re-orders the buckets by gradient-ready order and broadcasts the new order from
+    rank 0 in a CPU int tensor it fills element by element, which a fake tensor cannot hold. The buckets then
+    keep their construction-time assignment (parameters in reverse registration order, DDP's own guess of the
+    ready order): the same bucket bytes in total, allocated at construction, freed never.
+    """
+
+    def __init__(self, reducer) -> None:
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._reducer, name)
+
+
+def tp_layer_plan(c: dict, block) -> dict:
+    """torchtitan's per-block Llama plan (parallelize_llama.apply_tp), on the Hugging Face module names."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    out = Shard(1) if c["sp"] else Replicate()
+    plan = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=out),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=out)}
+    if c["sp"]:
+        plan |= {"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
+                 "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                 desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+                 "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))}
+    return plan
+
+
+def apply_tp(model, c: dict, mesh, blocks) -> None:
+    """torchtitan's TP (+SP, + loss parallel) plan with ``parallelize_module`` on the Hugging Face Llama modules."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    for block in blocks:
+        parallelize_module(block, mesh, tp_layer_plan(c, block))
+    sp, lp = c["sp"], c["loss_parallel"]
+    top = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
+           "lm_head": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
+                                      output_layouts=Shard(-1) if lp else Replicate(), use_local_output=not lp)}
+    if sp:
+        top["model.norm"] = SequenceParallel()
+    parallelize_module(model, mesh, top)
+
+
+def hf_distribute(model, c: dict):
+    """transformers' own distribution (``from_pretrained(distributed_config=...)``: ``prepare_distribute_model``
+    then ``maybe_distribute_model``), for tp_plan='hf' (TP) and for expert parallelism (EP + FSDP2)."""
+    from transformers.distributed import DistributedConfig
+
+    if c["ep"] > 1:
+        dc = DistributedConfig(fsdp_size=c["dp"], ep_size=c["ep"], ep_implementation="all_to_all",
+                               fsdp_mixed_precision=bool(with_harness(c)["fsdp_param_dtype"]))
+    else:
+        dc = DistributedConfig(tp_size=c["tp"])
+    cls = type(model)
+    dc, _, mesh_manager = cls.prepare_distribute_model(dc)
+    return cls.maybe_distribute_model(model, dc, mesh_manager)
