@@ -6,6 +6,13 @@ computes the shifted cross-entropy, upcasting the logits to fp32), ``(loss / gra
 then ``opt.step()``. Step 0 warms up (optimizer states are created lazily in the first
 ``step()``); step 1 is the one measured.
 
+The recipe knobs change the step (``recipes.py`` lists them all): ``zero_grad='zeros'`` zeroes the
+gradients in place (``set_to_none=False``) so they stay allocated through the next forward;
+``loss_impl='chunked'`` / ``'fused_linear'`` run the decoder alone and apply the head and the loss as
+torchtune (``loss_chunked``) or Liger (``loss_fused_linear``) do, on labels shifted as transformers shifts
+them; ``optimizer_impl`` and ``optimizer_in_backward`` re-make the optimizer before its first step
+(``recipe_optim``), and an optimizer stepping in backward makes ``step()`` a no-op.
+
 Optimizers: AdamW/Adam and SGD with momentum with ``foreach=True`` (the CUDA default, see
 ``torch.optim.optimizer._default_to_fused_or_foreach``; CPU would default to the per-tensor loop),
 transformers' Adafactor with ``scale_parameter=False, relative_step=False, lr=1e-3``.
@@ -16,6 +23,9 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
+
+from engine.checks.measure import loss_chunked, loss_fused_linear, recipe_optim
 
 AMP_DTYPE = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
 HALF_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -42,13 +52,30 @@ def autocast_context(precision: str, device_type: str):
     return nullcontext()
 
 
+def shifted_labels(ids: torch.Tensor) -> torch.Tensor:
+    """Next-token labels as transformers' ``ForCausalLMLoss`` makes them: pad with -100, drop the first."""
+    return F.pad(ids, (0, 1), value=-100)[..., 1:].contiguous()
+
+
+def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
+    """The micro-step's loss: transformers' own (``standard``), torchtune's chunked CE or Liger's fused loss."""
+    if c["loss_impl"] == "standard":
+        return model(input_ids=ids, labels=ids).loss
+    base = getattr(model, "get_base_model", lambda: model)()
+    h = base.base_model(input_ids=ids).last_hidden_state  # after the final norm, before the head
+    labels = shifted_labels(ids)
+    if c["loss_impl"] == "chunked":
+        return loss_chunked.loss(h, base.get_output_embeddings(), labels, c["loss_chunks"])
+    return loss_fused_linear.loss(h, base.get_output_embeddings().weight, labels)
+
+
 def _micro_step(model, c: dict, lb, device: str) -> None:
     """One forward (with labels) and backward; inputs and loss die when it returns."""
     lb.phase = "forward"
     lb.layer, lb.module = None, ""  # a recompute that stopped early never ran its forward hooks' exit
     ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq_len"]), device=device)
     with autocast_context(c["precision"], device.split(":")[0]):
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = _forward_loss(model, ids, c)
     if c["grad_accum"] > 1:
         loss = loss / c["grad_accum"]
     lb.mark(f"backward{lb.step}.{lb.micro}")
@@ -58,27 +85,30 @@ def _micro_step(model, c: dict, lb, device: str) -> None:
 
 def train_step(model, opt, c: dict, lb, device: str, on_step_start=None) -> None:
     """One optimizer step of ``grad_accum`` micro-steps; ``lb`` is told phase, micro-step and marks."""
+    recipe_optim.configure(opt, c)  # before the first step: optimizer_impl, optimizer_in_backward
     lb.mark(f"step{lb.step}")
     if on_step_start:
         on_step_start()
     lb.phase = "zero_grad"
+    set_to_none = c["zero_grad"] == "none"
     if opt is not None:
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=set_to_none)
     else:
-        model.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=set_to_none)
     for micro in range(c["grad_accum"]):
         lb.micro = micro
         _micro_step(model, c, lb, device)
     lb.mark(f"optimizer{lb.step}")
     lb.phase = "optimizer"
-    if opt is not None:
+    if opt is not None and not recipe_optim.in_backward(opt):
         opt.step()
     lb.mark(f"end{lb.step}")
 
 
 def host_state_tensors(opt: torch.optim.Optimizer | None) -> list[torch.Tensor]:
-    """Optimizer tensors that live on the host on CUDA: AdamW/Adam's scalar ``step`` counters."""
-    if opt is None:
+    """Optimizer tensors that live on the host on CUDA: AdamW/Adam's scalar ``step`` counters (on the
+    device instead for fused or capturable AdamW/Adam, see ``recipe_optim``)."""
+    if opt is None or recipe_optim.device_steps(opt):
         return []
     return [s["step"] for s in opt.state.values() if isinstance(s.get("step"), torch.Tensor)]
 
@@ -87,4 +117,5 @@ def state_tensors(opt: torch.optim.Optimizer | None) -> list[torch.Tensor]:
     """Every tensor in the optimizer state except the host-side ``step`` counters."""
     if opt is None:
         return []
-    return [v for s in opt.state.values() for k, v in s.items() if isinstance(v, torch.Tensor) and k != "step"]
+    host = {id(t) for t in host_state_tensors(opt)}
+    return [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and id(v) not in host]

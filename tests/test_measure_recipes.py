@@ -1,0 +1,242 @@
+"""The recipe knobs in the measurement harness: each runs the real code path, fake equals real CPU, the numbers
+follow the mechanism, and the committed recipe set reproduces."""
+
+import csv
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from engine.checks.measure import breakdown, measure_case
+from engine.checks.measure.case import resolve
+from engine.checks.measure.measure import MEASURED_STEP, run_logged, versions
+from engine.checks.measure.reference_recipes import (
+    HOST_COLUMN,
+    RECIPE_SET_COLUMNS,
+    measure_recipe_case,
+    recipe_cases,
+)
+from engine.checks.measure.reference_set import MEASURED_COLUMNS
+from engine.errors import UserError
+
+RECIPES = Path(__file__).resolve().parent.parent / "data" / "measured" / "recipes.csv"
+TINY_LLAMA = dict(model="tiny-llama", n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab=256,
+                  ffn_type="swiglu", tied_embeddings=False, seq_len=32, micro_batch=2, precision="fp32",
+                  optimizer="adamw", attention="eager")
+KNOBS = {
+    "selective_op": {"checkpointing": "selective_op"},
+    "checkpoint_every": {"checkpointing": "full", "checkpoint_every": 2},
+    "loss_chunked": {"loss_impl": "chunked", "loss_chunks": 4},
+    "loss_fused_linear": {"loss_impl": "fused_linear"},
+    "fused": {"optimizer_impl": "fused"},
+    "forloop": {"optimizer_impl": "forloop"},
+    "optimizer_in_backward": {"optimizer_in_backward": True},
+    "zero_grad": {"zero_grad": "zeros"},
+    "activation_offload": {"checkpointing": "full", "activation_offload": True},
+}
+TOKENS = 2 * 32
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _saved_block(case: dict, block: int = 0) -> dict:
+    """(module, op, dtype) -> bytes saved for backward by ``block`` in the measured step."""
+    lb, roles, _ = run_logged(resolve(case), "fake")
+    return dict(breakdown.per_layer(breakdown.saved_for_backward(lb, roles, MEASURED_STEP)).get(block, {}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knob", KNOBS)
+def test_fake_equals_real_cpu_to_the_byte(knob):
+    case = {**TINY_LLAMA, "precision": "bf16", **KNOBS[knob]}
+    fake, real = measure_case(case, "cpu-fake"), measure_case(case, "cpu")
+    for k in MEASURED_COLUMNS:
+        if k.startswith("measured_"):
+            assert fake[k] == real[k], k
+
+
+def test_selective_op_saves_odd_matmuls_and_attention():
+    # 7 mm per Llama block in call order: q k v o gate up down; the odd ones are saved (q, v, gate, down), the
+    # even ones (k, o, up) recomputed, plus sdpa's output; in fp32 eager attention: the two bmm of the scores
+    # (bmm is in the save set and not counted). b=2, s=32, h=64, kv width 32, f=128, 4 heads.
+    saved = _saved_block({**TINY_LLAMA, "checkpointing": "selective_op"}, 1)
+    mm = {m: n for (m, op, _), n in saved.items() if op == "mm"}
+    assert mm == {"self_attn.q_proj": TOKENS * 64 * 4, "self_attn.v_proj": TOKENS * 32 * 4,
+                  "mlp.gate_proj": TOKENS * 128 * 4, "mlp.down_proj": TOKENS * 64 * 4}
+    bmm = sum(n for (_, op, _), n in saved.items() if op == "bmm")
+    assert bmm == 2 * 4 * 32 * 32 * 4 + TOKENS * 64 * 4  # scores q k^T (b a s s) and attn @ v (b a s d)
+
+
+def test_checkpoint_every_checkpoints_the_last_block_of_each_group():
+    # torchtitan: blocks i with (i + 1) % n == 0; with L = 4, n = 2 blocks 1 and 3 keep only their input.
+    case = {**TINY_LLAMA, "checkpointing": "full", "checkpoint_every": 2}
+    lb, roles, _ = run_logged(resolve(case), "fake")
+    per = breakdown.per_layer(breakdown.saved_for_backward(lb, roles, MEASURED_STEP))
+    sizes = [sum(per.get(i, {}).values()) for i in range(4)]
+    assert sizes[0] > sizes[1] and sizes[2] > sizes[3] and sizes[1] == sizes[3] == TOKENS * 64 * 4
+
+
+def test_chunked_loss_equals_standard_loss_and_upcasts_one_chunk_at_a_time():
+    from engine.checks.measure import loss_chunked
+    from engine.checks.measure.train import shifted_labels
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False).to(torch.bfloat16)
+    h, ids = torch.randn(2, 12, 16, dtype=torch.bfloat16), torch.randint(0, 50, (2, 12))
+    labels = shifted_labels(ids)
+    want = torch.nn.functional.cross_entropy(head(h).float().view(-1, 50), labels.view(-1))
+    assert torch.allclose(loss_chunked.loss(h, head, labels, 4), want, rtol=1e-5)
+    # measured: the largest fp32 logits copy is one chunk, s*b*V*4/n bytes (V = 256, n = 4)
+    lb, _, _ = run_logged(resolve({**TINY_LLAMA, "precision": "bf16", "loss_impl": "chunked", "loss_chunks": 4}))
+    ups = [r.nbytes for r in lb.records if r.op == "_to_copy" and r.dtype == "float32" and r.shape[-1] == 256]
+    assert max(ups) == TOKENS * 256 * 4 // 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_linear_loss_matches_linear_then_cross_entropy(dtype):
+    from engine.checks.measure import loss_fused_linear
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 32, dtype=dtype, requires_grad=True)  # BT = 80, H = 32, V = 100: 4 chunks of 32
+    w = torch.randn(100, 32, dtype=dtype, requires_grad=True)
+    labels = torch.randint(0, 100, (2, 40))
+    labels[0, :5] = -100
+    assert loss_fused_linear.chunking(80, 32, 100) == (32, 3)
+    got = loss_fused_linear.loss(x, w, labels)
+    got.backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    want = torch.nn.functional.cross_entropy((x @ w.t()).float().view(-1, 100), labels.view(-1))
+    want.backward()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.float(), want, rtol=tol)
+    assert torch.allclose(gx.float(), x.grad.float(), atol=tol) and torch.allclose(gw.float(), w.grad.float(), atol=tol)
+
+
+def test_fused_linear_never_materializes_whole_logits():
+    # V = 256, H = 64, BT = 64: chunk = next_pow2(ceil(64 / ceil(256/64))) = 16 tokens, so the only
+    # vocabulary-wide tensor is one persistent 16 x 256 buffer (bf16: mm out=); the head's weight gradient
+    # (V x H) is made in the forward.
+    lb, _, _ = run_logged(resolve({**TINY_LLAMA, "precision": "bf16", "loss_impl": "fused_linear"}))
+    forward = [r for r in lb.records if r.phase == "forward" and r.step == MEASURED_STEP]
+    assert {r.shape for r in forward if r.shape and r.shape[-1] == 256} == {(16, 256)}
+    assert [r.nbytes for r in forward if r.shape == (256, 64)] == [256 * 64 * 2]
+
+
+def test_optimizer_in_backward_steps_like_a_normal_step():
+    from engine.checks.measure.build import build_model
+    from engine.checks.measure.recipe_optim import configure
+    from engine.checks.measure.train import make_optimizer
+
+    c = resolve(TINY_LLAMA)
+    out = []
+    for in_bwd in (False, True):
+        torch.manual_seed(0)
+        model = build_model(c)
+        opt = make_optimizer("adamw", list(model.parameters()))
+        configure(opt, {**c, "optimizer_in_backward": in_bwd})
+        ids = torch.randint(0, 256, (2, 32))
+        model(input_ids=ids, labels=ids).loss.backward()
+        assert all(p.grad is None for p in model.parameters()) == in_bwd
+        if not in_bwd:
+            opt.step()
+        out.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(out[0], out[1], atol=1e-6)
+
+
+def test_fused_adamw_keeps_step_counters_on_the_device():
+    foreach = measure_case(TINY_LLAMA, "fake")
+    fused = measure_case({**TINY_LLAMA, "optimizer_impl": "fused"}, "fake")
+    n_tensors = 4 * 9 + 3  # per block: 7 linears + 2 norms; embedding, final norm, head: 39
+    assert foreach["measured_optimizer_bytes"] == 2 * foreach["measured_n_params"] * 4  # exp_avg, exp_avg_sq
+    assert fused["measured_optimizer_bytes"] - foreach["measured_optimizer_bytes"] == 4 * n_tensors
+
+
+def test_zero_grad_zeros_keeps_every_gradient_through_the_forward():
+    row = measure_case({**TINY_LLAMA, "zero_grad": "zeros"}, "fake")
+    assert row["measured_grad_bytes"] == row["measured_n_params"] * 4
+
+
+def test_activation_offload_moves_checkpoint_inputs_to_host():
+    # full checkpointing keeps each block's input (b s h fp32 = 16,384 B); offloaded, it lives on the host.
+    # Without offloading the host holds only AdamW's 39 fp32 step counters.
+    base = measure_recipe_case({**TINY_LLAMA, "checkpointing": "full"})
+    off = measure_recipe_case({**TINY_LLAMA, "checkpointing": "full", "activation_offload": True})
+    assert base[HOST_COLUMN] == 4 * 39 and off[HOST_COLUMN] >= 4 * 39 + 4 * TOKENS * 64 * 4
+    assert off["measured_saved_activation_bytes"] < base["measured_saved_activation_bytes"]
+
+
+def test_activation_offload_leaves_the_gradients_unchanged():
+    from engine.checks.measure.build import build_model
+    from engine.checks.measure.recipe_offload import apply
+
+    c = resolve({**TINY_LLAMA, "checkpointing": "full"})
+    grads = []
+    for offload in (False, True):
+        torch.manual_seed(0)
+        model = build_model(c)
+        if offload:
+            apply(model)
+        ids = torch.randint(0, 256, (2, 32))
+        model(input_ids=ids, labels=ids).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("override, word", [
+    ({"compile": True}, "compile"), ({"checkpoint_every": 2}, "checkpoint_every"),
+    ({"optimizer": "adafactor", "optimizer_impl": "fused"}, "optimizer_impl"),
+    ({"optimizer_in_backward": True, "grad_accum": 2}, "grad_accum"),
+    ({"checkpointing": "selective"}, "selective"), ({"loss_impl": "fused"}, "loss_impl"),
+])
+def test_unsupported_knob_is_one_line_user_error(override, word):
+    with pytest.raises(UserError) as e:
+        measure_case({**TINY_LLAMA, **override}, "fake")
+    assert word in str(e.value) and "\n" not in str(e.value)
+
+
+def _rows() -> list[dict]:
+    with open(RECIPES, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_recipe_set_is_complete():
+    rows = _rows()
+    assert list(rows[0]) == RECIPE_SET_COLUMNS
+    assert [r["case_id"] for r in rows] == [cid for cid, _, _ in recipe_cases()]
+    knobs = [r["knob"] for r in rows if r["knob"] not in ("baseline", "recipe")]
+    assert len(knobs) >= 50 and min(knobs.count(k) for k in set(knobs)) >= 6
+
+
+def test_every_knob_case_has_its_baseline():
+    rows = {r["case_id"]: r for r in _rows()}
+    for cid, knob, case in recipe_cases():
+        assert cid in rows
+        if knob != "baseline":
+            assert any(r["knob"] == "baseline" and r["model"] == case["model"] for r in rows.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("knob", ["selective_op", "checkpoint_every", "loss_chunked", "loss_fused_linear",
+                                  "optimizer_impl", "optimizer_in_backward", "activation_offload", "zero_grad"])
+def test_committed_row_reproduces_exactly(knob):
+    row = next(r for r in _rows() if r["knob"] == knob)
+    have = versions()
+    if any(have[k] != row[k] for k in have):
+        pytest.skip(f"recipe set made with other versions ({ {k: row[k] for k in have} })")
+    case = next(c for cid, _, c in recipe_cases() if cid == row["case_id"])
+    got = measure_recipe_case(case)
+    for k in [*MEASURED_COLUMNS, HOST_COLUMN]:
+        if k.startswith("measured_"):
+            assert ("" if got[k] is None else str(got[k])) == row[k], k
