@@ -4,20 +4,23 @@ import numpy as np
 
 from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import RECORD
-from engine.model.derived import derive, derive_layout
+from engine.model.levels import evaluate_one
 
 TINY_MODEL = dict(n_layers=2, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, vocab=16, ffn_type="swiglu")
 
 
 def config(**overrides):
-    """A resolved, derived record: the tiny model and memsim's defaults, with overrides in CONFIG.md names."""
+    """A resolved record: the tiny model and memsim's defaults, with overrides in CONFIG.md names."""
     base = {} if "model" in overrides else TINY_MODEL
     case = {**base, "gpu": "h100-sxm-80gb", **overrides}
     rec, _, _ = resolve_case(case)
-    rec = np.array([rec], dtype=RECORD).view(np.recarray)[0]
-    derive_layout(rec, 2)
-    derive(rec)
-    return rec
+    return np.array([rec], dtype=RECORD).view(np.recarray)[0]
+
+
+def outputs(c) -> dict[str, int]:
+    """Every output column of one record, by name, from the scalar reference (levels.evaluate_one)."""
+    r, s, d = evaluate_one(c)
+    return {**r.columns._asdict(), **s.columns._asdict(), **d.columns._asdict()}
 
 
 def reference(formula):

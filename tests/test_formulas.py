@@ -3,7 +3,7 @@
 import pytest
 
 from engine.model.activations import layer_activation_bytes
-from engine.model.outputs import row
+from engine.model.levels import rank_terms
 from engine.model.params import param_count
 from engine.model.peak import peak
 from engine.model.states import (
@@ -13,9 +13,11 @@ from engine.model.states import (
     host_bytes,
 )
 from engine.model.temporaries import optimizer_step_bytes
-from tests.support import config
+from tests.support import config, outputs
 
-ALLOCATED, DEVICE = 5, 8  # positions in outputs.OUTPUTS
+def layer_bytes(c, moe=False):
+    """One layer's activations for one micro-batch."""
+    return layer_activation_bytes(c, rank_terms(c), moe)
 
 
 def test_param_count_tiny_gqa_swiglu_by_hand():
@@ -53,29 +55,29 @@ def test_korthikanti_table2_tensor_parallel_row_by_hand():
     c = config(seq_len=4, micro_batch=1, d_model=8, n_heads=2, n_kv_heads=2, d_ff=32, ffn_type="gelu",
                norm_type="layernorm", tp=2, framework="megatron", precision="amp_fp16", dropout=0.1,
                attention="eager")
-    assert layer_activation_bytes(c, False) == 320 + 464
+    assert layer_bytes(c) == 320 + 464
 
 
 def test_korthikanti_full_recompute_keeps_the_layer_input_only():
     # Table 2, full recomputation: 2 sbh = 2*4*1*8 = 64 bytes (not divided by t without SP).
     c = config(seq_len=4, micro_batch=1, d_model=8, n_heads=2, n_kv_heads=2, tp=2, framework="megatron",
                precision="amp_fp16", checkpointing="full")
-    assert layer_activation_bytes(c, False) == 64
+    assert layer_bytes(c) == 64
 
 
 def test_flash_attention_drops_the_quadratic_term():
     eager = config(seq_len=512, attention="eager")
     flash = config(seq_len=512, attention="flash")
-    assert layer_activation_bytes(flash, False) < layer_activation_bytes(eager, False)
+    assert layer_bytes(flash) < layer_bytes(eager)
     # doubling s doubles flash's activations exactly: nothing quadratic left
-    assert layer_activation_bytes(config(seq_len=1024, attention="flash"), False) == 2 * layer_activation_bytes(flash, False)
+    assert layer_bytes(config(seq_len=1024, attention="flash")) == 2 * layer_bytes(flash)
 
 
 REAL = dict(model="llama-3.1-8b", gpu="h100-sxm-80gb", seq_len=4096, micro_batch=2, attention="eager")
 
 
 def allocated(**kw):
-    return row(config(**{**REAL, **kw}))[ALLOCATED]
+    return outputs(config(**{**REAL, **kw}))["allocated_peak_bytes"]
 
 
 @pytest.mark.parametrize(
@@ -112,7 +114,7 @@ def test_more_expert_parallelism_never_raises_expert_memory():
 
 def test_context_parallel_divides_activations():
     kw = dict(model="llama-3.1-8b", seq_len=8192, attention="flash", n_gpus=4)
-    one, four = (layer_activation_bytes(config(**kw, cp=cp), False) for cp in (1, 4))
+    one, four = (layer_bytes(config(**kw, cp=cp)) for cp in (1, 4))
     assert one == 4 * four
 
 
@@ -122,26 +124,26 @@ def test_offload_moves_bytes_to_the_host_without_losing_any():
     # the fp16 gradient partition to fp32 there). What leaves the device arrives on the host, byte for byte.
     kw = dict(model="llama-3.1-8b", n_gpus=8, zero_stage=2, precision="amp_bf16", framework="deepspeed")
     on, off = config(**kw), config(**kw, offload="optimizer")
-    on_device = device_weight_bytes(on) + device_optimizer_bytes(on) + optimizer_step_bytes(on)
+    on_device = device_weight_bytes(on) + device_optimizer_bytes(on) + optimizer_step_bytes(on, rank_terms(on).trainable_params)
     assert device_weight_bytes(off) + host_bytes(off) == on_device
     assert device_optimizer_bytes(off) == 0 and device_grad_bytes(off) == 0 and host_bytes(on) == 0
 
 
 def test_peak_phase_is_optimizer_for_tiny_activations():
     c = config(model="llama-3.1-8b", seq_len=16, micro_batch=1)
-    assert peak(c)[1] == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states
+    assert peak(c, rank_terms(c)).phase == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states
 
 
 def test_moe_capacity_factor_scales_the_routed_expert_activations():
     # Switch eq. 3: buffers sized to capacity_factor x the average load; the attention part does not change.
     kw = dict(model="mixtral-8x7b", n_gpus=8, ep=8, seq_len=1024)
-    base, double = (layer_activation_bytes(config(**kw, capacity_factor=cf), True) for cf in (1.0, 2.0))
-    dense = layer_activation_bytes(config(**kw, capacity_factor=1.0), False)
+    base, double = (layer_bytes(config(**kw, capacity_factor=cf), moe=True) for cf in (1.0, 2.0))
+    dense = layer_bytes(config(**kw, capacity_factor=1.0))
     assert double > base > dense
 
 
 def test_offloaded_states_must_fit_the_hosts_ram():
     kw = dict(model="llama-3.1-70b", gpu="h100-sxm-80gb", n_gpus=8, zero_stage=3, offload="optimizer",
               checkpointing="full", framework="deepspeed")
-    assert row(config(**kw))[11] == 1  # fits: a DGX H100 has 2 TiB of RAM for 8 GPUs
-    assert row(config(**kw, host_ram_bytes=2**30))[11] == 0  # 1 GiB of host RAM per GPU cannot hold the states
+    assert outputs(config(**kw))["fits"] == 1  # fits: a DGX H100 has 2 TiB of RAM for 8 GPUs
+    assert outputs(config(**kw, host_ram_bytes=2**30))["fits"] == 0  # 1 GiB of host RAM per GPU cannot hold the states

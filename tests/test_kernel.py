@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from engine.dataset.sweep import KernelArgs
-from engine.inputs.grid import build_grid, decode, parse_spec
+from engine.dataset.chunks import SweepKernel
+from engine.inputs.grid import build_grid, decode
+from engine.inputs.spec import parse_spec
 from engine.inputs.resolve import resolve_cases
 from engine.model import catalog
-from engine.model.derived import derive
 from engine.model.kernel import UNSET, evaluate
-from engine.model.outputs import COLUMN_FORMULAS, OUTPUTS, row
-from tests.support import reference
+from engine.model.outputs import OUTPUTS
+from tests.support import outputs
 
 CHOICES = dict(
     precision=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8"],
@@ -41,13 +41,11 @@ def random_case(rng) -> dict:
 
 
 def reference_outputs(records) -> np.ndarray:
-    """Each column's own formula, in plain Python, on a derived copy of each record."""
+    """Each record through the scalar reference (levels.evaluate_one), in plain Python."""
     want = np.empty((len(OUTPUTS), len(records)), dtype=np.int64)
     for i in range(len(records)):
-        c = records[i : i + 1].copy().view(np.recarray)[0]
-        derive(c)
-        for k, formula in enumerate(COLUMN_FORMULAS.values()):
-            want[k, i] = reference(formula)(c)
+        values = outputs(records[i])
+        want[:, i] = [values[name] for name in OUTPUTS]
     return want
 
 
@@ -70,15 +68,15 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed):
         "model": list(rng.choice(models, 3, replace=False)), "gpu": list(rng.choice(gpus, 2, replace=False)),
         "n_gpus": [8, 32], "tp": [1, 2, 8], "zero_stage": [0, 3], "precision": ["amp_bf16", "bf16", "fp32"],
         "lora_rank": [0, 16], "micro_batch": [1, 4], "seq_len": [1024, 8192], "checkpointing": ["none", "full"],
-        "attention": ["eager", "flash"], "sp": [False, True],
+        "attention": ["eager", "flash"], "sp": [False, True], "headroom": [0.1, 0.2],
     }
     grid = build_grid(parse_spec({"axes": axes}))
-    args = KernelArgs(grid)
     start = int(rng.integers(0, grid.total // 2))
     count = min(3000, grid.total - start)
-    out, digits, layout = args.evaluate(start, count)
-    assert not (out == UNSET).any()
+    chunk = SweepKernel(grid).evaluate(start, count)
+    assert not (chunk.rank == UNSET).any() and not (chunk.step == UNSET).any() and not (chunk.device == UNSET).any()
+    got = {name: chunk.values(name) for name in [*OUTPUTS, "dp", "n_gpus"]}
     for i in rng.choice(count, 400, replace=False):
         rec = decode(grid, start + i)
-        assert tuple(out[:, i]) == tuple(int(v) for v in row(rec)), f"index {start + i}"
-        assert (layout[0, i], layout[1, i]) == (rec.dp, rec.n_gpus)
+        want = outputs(rec) | {"dp": rec.dp, "n_gpus": rec.n_gpus}
+        assert {n: int(v[i]) for n, v in got.items()} == want, f"index {start + i}"

@@ -61,10 +61,10 @@ def test_disk_full_mid_run_leaves_no_part_file(tmp_path, monkeypatch, memsim):
 
 def test_interrupted_sweep_removes_its_half_written_file(tmp_path, monkeypatch):
     spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\nmicro_batch = [1, 2, 3, 4]\nseq_len = [512, 1024, 2048]')
-    import engine.dataset.sweep as sweep
+    from engine.dataset.chunks import SweepKernel
 
     calls = {"n": 0}
-    real = sweep.KernelArgs.evaluate
+    real = SweepKernel.evaluate
 
     def interrupt(self, start, count):
         calls["n"] += 1
@@ -72,7 +72,7 @@ def test_interrupted_sweep_removes_its_half_written_file(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(self, start, count)
 
-    monkeypatch.setattr(sweep.KernelArgs, "evaluate", interrupt)
+    monkeypatch.setattr(SweepKernel, "evaluate", interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, tmp_path / "out", chunk_rows=4, progress=False, say=lambda *_: None)
     leftovers = list((tmp_path / "out").glob("part-*")) + list((tmp_path / "out").glob("_shards/*.json"))

@@ -34,12 +34,33 @@ COMPONENT_LABELS = {
 }
 
 
+def evaluate_cases(cases: list[dict]) -> list[dict]:
+    """Every output of each configuration, as {column: value} with its resolved record and labels, evaluated in
+    one batch; a case the inputs reject (e.g. an odd GPU count) comes back as None."""
+    resolved = []
+    for case in cases:
+        try:
+            resolved.append(resolve_case(case))
+        except UserError:
+            resolved.append(None)
+    ok = [r for r in resolved if r is not None]
+    out = evaluate(np.array([rec for rec, _, _ in ok], dtype=RECORD)) if ok else None
+    results, k = [], 0
+    for r in resolved:
+        if r is None:
+            results.append(None)
+            continue
+        rec, model, gpu = r
+        results.append({"record": rec, "model": model, "gpu": gpu, **{n: int(out[q, k]) for q, n in enumerate(OUTPUTS)}})
+        k += 1
+    return results
+
+
 def evaluate_case(case: dict) -> dict:
-    """Every output of one configuration, as {column: value}, plus its resolved record and labels."""
+    """Every output of one configuration (its input errors raise)."""
     rec, model, gpu = resolve_case(case)
     out = evaluate(np.array([rec], dtype=RECORD))
-    values = {name: int(out[k, 0]) for k, name in enumerate(OUTPUTS)}
-    return {"record": rec, "model": model, "gpu": gpu, **values}
+    return {"record": rec, "model": model, "gpu": gpu, **{n: int(out[q, 0]) for q, n in enumerate(OUTPUTS)}}
 
 
 def breakdown(result: dict) -> list[tuple[str, int]]:
@@ -82,17 +103,12 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
 
 
 def try_variants(case: dict, rec) -> list[dict]:
-    """Each single change's new device peak, for layouts that can run."""
-    found = []
-    for label, change in variants(case, rec):
-        try:
-            r = evaluate_case({**case, **change})
-        except UserError:  # a change the layout cannot take (e.g. an odd GPU count) is not suggested
-            continue
-        if r["valid"]:
-            found.append({"change": label, "set": change, "device_peak_bytes": r["device_peak_bytes"],
-                          "fits": bool(r["fits"]), "record": r["record"]})
-    return found
+    """Each single change's new device peak, for layouts that can run, evaluated in one batch."""
+    options = variants(case, rec)
+    results = evaluate_cases([{**case, **change} for _, change in options])
+    return [{"change": label, "set": change, "device_peak_bytes": r["device_peak_bytes"], "fits": bool(r["fits"] == 1),
+             "record": r["record"]}
+            for (label, change), r in zip(options, results) if r is not None and r["valid"]]
 
 
 def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
@@ -137,7 +153,7 @@ def explain(case: dict) -> dict:
     """The machine-readable explanation: breakdown, peak phase, bottleneck, fits and margin, suggestions."""
     r = evaluate_case(case)
     rec = r["record"]
-    usable = int(r["capacity_bytes"] * (1 - rec.headroom))
+    usable = r["usable_bytes"]
     result = {
         "summary": summary_line(r),
         "model": r["model"],

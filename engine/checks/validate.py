@@ -12,7 +12,9 @@ from pathlib import Path
 from engine import DATA_DIR
 from engine.ask.explain import evaluate_case
 from engine.checks.peers import deepspeed_zero_estimate
-from engine.inputs.resolve import accepted_columns
+from engine.inputs.vocabulary import INPUTS
+from engine.model.activations import activation_bytes, stage_layer_activation_bytes
+from engine.model.levels import rank_terms
 
 GIB = 2**30
 GOLDEN = DATA_DIR / "golden" / "published.csv"
@@ -25,7 +27,7 @@ MEASURED_MAX_TOL_PCT = 10.0
 def config_of(row: dict, by_dims: bool = False) -> dict:
     """The CONFIG.md inputs of a reference row. by_dims: the row's dims (and implementation fields) describe
     the model completely, its `model` is only a label; else `model` is a catalog key the dims refine."""
-    known = set(accepted_columns())
+    known = set(INPUTS)
     case = {k: v for k, v in row.items() if k in known and v not in ("", None)}
     if by_dims:
         case.pop("model", None)
@@ -39,9 +41,7 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
     if compare == "activations":
         return result["activation_bytes"] if result["peak_phase"] != 2 else activation_at_forward(record)
     if compare == "transformer_activations":  # Korthikanti's Table 2 x layers x schedule, no embedding terms
-        from engine.model.activations import stage_layer_activation_bytes
-
-        return int(stage_layer_activation_bytes(derived(record)))
+        return int(stage_layer_activation_bytes(record, rank_terms(record)))
     if compare == "weights":
         return result["weight_bytes"]
     if compare == "deepspeed_estimator":
@@ -54,21 +54,8 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
 
 
 def activation_at_forward(record) -> int:
-    from engine.model.activations import activation_bytes
-
-    return int(activation_bytes(derived(record)))
-
-
-def derived(record):
-    """A copy of a resolved record with its rank_* fields filled, for calling single formulas on it."""
-    import numpy as np
-
-    from engine.inputs.vocabulary import RECORD
-    from engine.model.derived import derive
-
-    rec = np.array([record], dtype=RECORD).view(np.recarray)[0]
-    derive(rec)
-    return rec
+    """Activations alive at the end of forward (when the reported peak is the optimizer step's)."""
+    return int(activation_bytes(record, rank_terms(record)))
 
 
 def check_row(row: dict, compare: str, reference_bytes: float, tolerance_pct, expect: str, tolerance_abs=0.0,

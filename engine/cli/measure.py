@@ -1,15 +1,30 @@
 """`memsim measure`: real training steps of each configuration (no GPU needed), beside memsim's estimate."""
 
+import argparse
 import warnings
 
 import pyarrow as pa
 
-from engine.ask.estimate import INPUT_COLUMNS, estimate_table, read_cases
+from engine.cli.estimate import write_table
 from engine.errors import UserError
+
+HELP = "run two real training steps per configuration and record peak memory"
+EXAMPLE = "Example:\n  memsim measure cases.csv -o measured.parquet --device fake"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("measure", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cases", help="CSV or Parquet case list (CONFIG.md columns; catalog model or dims)")
+    p.add_argument("-o", "--output", required=True, help="output .parquet or .csv: estimate columns + measured_*")
+    p.add_argument("--device", default="fake", choices=["fake", "cpu-fake", "cpu", "cuda"],
+                   help="fake: no GPU, CUDA behaviour emulated (default); cuda: a real GPU")
+    p.set_defaults(run=run)
 
 
 def measure_table(rows: list[dict], device: str) -> pa.Table:
     """`memsim estimate`'s columns for every case, plus the measured_* columns and library versions."""
+    from engine.ask.estimate import INPUT_COLUMNS, estimate_table
+
     warnings.filterwarnings("ignore")  # torch/transformers chatter about overridden kernels and deprecations
     try:
         import transformers
@@ -33,16 +48,17 @@ def measure_table(rows: list[dict], device: str) -> pa.Table:
 
 
 def run_measure(cases: str, output: str, device: str) -> pa.Table:
-    from engine.atomic import write_atomic
+    from engine.ask.estimate import read_cases
 
     table = measure_table(read_cases(cases), device)
-    if output.endswith(".csv"):
-        import pyarrow.csv as pacsv
-
-        write_atomic(output, lambda tmp: pacsv.write_csv(table, tmp))
-    else:
-        import pyarrow.parquet as pq
-
-        write_atomic(output, lambda tmp: pq.write_table(table, tmp))
+    write_table(table, output)
     return table
 
+
+def run(args) -> None:
+    table = run_measure(args.cases, args.output, args.device)
+    peaks = table.column("measured_allocated_peak_bytes").to_pylist()
+    est = table.column("allocated_peak_bytes").to_pylist()
+    for case, m, e in zip(table.column("model").to_pylist(), peaks, est):
+        print(f"{case:<28} measured {m / 2**30:8.3f} GiB   memsim {e / 2**30:8.3f} GiB   {100 * (e - m) / m:+6.1f}%")
+    print(f"{table.num_rows} configurations measured -> {args.output}")

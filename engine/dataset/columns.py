@@ -1,42 +1,37 @@
-"""Record fields and kernel outputs as Arrow columns with the CONFIG.md names and spellings.
+"""Kernel outputs as Arrow columns with the CONFIG.md names and spellings, for estimates and sweep chunks.
 
 Categorical codes become dictionary-encoded strings (the dictionary is the enum's spellings, so encoding
-costs nothing), booleans become bool, bytes stay int64, and the kernel's NULL (-1) becomes a null.
-Shared by `memsim estimate` and the sweep store so both write the same schema.
+costs nothing), booleans become bool, bytes stay int64, and the kernel's NULL (-1) becomes a null. A sweep
+chunk arrives factored by level (engine/dataset/chunks.py): a rank- or step-level value is taken once per
+row from its slot, axis digits come from the index by mixed radix, one level at a time.
 """
 
 import numpy as np
 import pyarrow as pa
 
-from engine.inputs.codes import CHOICES, INVALID_REASONS, IntEnum, Invalid, names
-from engine.inputs.vocabulary import INPUTS
+from engine.dataset.chunks import Chunk
+from engine.inputs.codes import CHOICES, INVALID_REASONS, Invalid, names
 from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, NULL, OUTPUTS
 
-_REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
+REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
+# `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
+# component (about half the bytes; breakdown-style queries need full rows).
+COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "usable_bytes", "fits", "bottleneck",
+                   "valid", "invalid_reason"]
 
 
 def categorical(codes: np.ndarray, spellings: list[str], nulls: np.ndarray | None = None) -> pa.Array:
-    indices = pa.array(codes.astype(np.int32), mask=nulls)
+    indices = pa.array(codes.astype(np.int8 if len(spellings) < 128 else np.int32), mask=nulls)
     return pa.DictionaryArray.from_arrays(indices, pa.array(spellings, pa.string()))
 
 
-def input_column(name: str, values: np.ndarray) -> pa.Array:
-    """One input field as CONFIG.md spells it."""
-    kind = INPUTS[name].kind if name in INPUTS else "int"
-    if isinstance(kind, type) and issubclass(kind, IntEnum):
-        return categorical(values, names(kind))
-    if kind == "bool":
-        return pa.array(values.astype(bool))
-    return pa.array(values)
-
-
 def output_column(name: str, values: np.ndarray) -> pa.Array:
-    """One kernel output row as its CONFIG.md column."""
+    """One output for every row (int64 codes and bytes, NULL = -1) as its CONFIG.md column."""
     nulls = values == NULL
     mask = nulls if nulls.any() else None
     if name == "invalid_reason":  # NULL on rows that can run
         valid_rows = values == 0
-        return categorical(values, _REASON_STRINGS, valid_rows if valid_rows.any() else None)
+        return categorical(values, REASON_STRINGS, valid_rows if valid_rows.any() else None)
     if name in CODE_COLUMNS:
         return categorical(np.where(nulls, 0, values), names(CHOICES[name]), mask)
     if name in BOOL_COLUMNS:
@@ -44,10 +39,61 @@ def output_column(name: str, values: np.ndarray) -> pa.Array:
     return pa.array(values, mask=mask)
 
 
-# `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
-# component (about half the bytes and twice the rows per second; breakdown-style queries need full rows).
-COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "fits", "bottleneck", "valid", "invalid_reason"]
+def output_columns(values: dict[str, np.ndarray], names_: list[str] = OUTPUTS) -> dict[str, pa.Array]:
+    return {name: output_column(name, values[name]) for name in names_}
 
 
-def output_columns(out: np.ndarray, names: list[str] = OUTPUTS) -> dict[str, pa.Array]:
-    return {name: output_column(name, out[OUTPUTS.index(name)]) for name in names}
+def digit_width(radix: int):
+    return np.int8 if radix <= 127 else np.int16 if radix <= 32767 else np.int32
+
+
+def axis_digits(chunk: Chunk, rows: np.ndarray | None) -> list[np.ndarray]:
+    """Each axis' digit for every kept row: (index // stride) % radix, worked out per rank or step slot where
+    the axis is constant over it, per row only for the device axes."""
+    grid, radices = chunk.grid, chunk.grid.radices
+    strides = np.r_[np.cumprod(radices[::-1])[::-1][1:], 1]  # rows per step of each axis' digit
+    out = []
+    for k, axis in enumerate(grid.axes):
+        period = chunk.rows_per_rank if axis.level == "rank" else chunk.rows_per_step if axis.level == "step" else 1
+        if period > 1:
+            slot_of_row = (chunk.rank_runs if axis.level == "rank" else chunk.step_runs)[0]
+            slot_start = (chunk.start // period + np.arange(slot_of_row[-1] + 1, dtype=np.int64)) * period
+            per_slot = ((slot_start // strides[k]) % radices[k]).astype(digit_width(radices[k]))
+            digits = per_slot[slot_of_row if rows is None else slot_of_row[rows]]
+        else:
+            index = np.arange(chunk.start, chunk.start + chunk.count, dtype=np.int64)
+            index = index if rows is None else index[rows]
+            digits = ((index // strides[k]) % radices[k]).astype(digit_width(radices[k]))
+        out.append(digits)
+    return out
+
+
+def kept_rows(chunk: Chunk, keep: str) -> np.ndarray | None:
+    """Row positions a sweep writes: all (None), valid ones, or valid ones that fit."""
+    if keep == "all":
+        return None
+    mask = chunk.values("valid") == 1
+    if keep == "feasible":
+        mask &= chunk.values("fits") == 1
+    return np.flatnonzero(mask)
+
+
+def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Table:
+    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
+    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
+    rows = kept_rows(chunk, keep)
+    index = np.arange(chunk.start, chunk.start + chunk.count, dtype=np.int64)
+    columns = {"index": pa.array(index if rows is None else index[rows])}
+    for axis, digits in zip(chunk.grid.axes, axis_digits(chunk, rows)):
+        if isinstance(axis.labels[0], bool):
+            columns[axis.name] = pa.array(np.array(axis.labels)[digits])
+        else:
+            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits), pa.array(axis.labels))
+    names_ = COMPACT_OUTPUTS if compact else OUTPUTS
+    wanted = [n for n in ("dp", "n_gpus") if n not in columns] + names_
+    values = {n: chunk.values(n) if rows is None else chunk.values(n)[rows] for n in wanted}
+    for name in ("dp", "n_gpus"):
+        if name in values:
+            columns[name] = pa.array(values[name])
+    columns.update(output_columns(values, names_))
+    return pa.table(columns)

@@ -31,7 +31,8 @@ from engine.dataset.shards import (
 )
 from engine.dataset.store import MANIFEST, prepare_dataset
 from engine.errors import UserError
-from engine.inputs.grid import build_grid, load_spec
+from engine.inputs.grid import build_grid
+from engine.inputs.spec import load_spec
 
 INSTALL = "the Ray engine needs ray: pip install 'memsim[ray]' (or pip install 'ray>=2.9')"
 CONNECT_TIMEOUT_S = 5  # per TCP probe and per GCS connection attempt

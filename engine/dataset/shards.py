@@ -31,9 +31,11 @@ from engine.dataset.store import (
     prepare_dataset,
     spec_digest,
 )
-from engine.dataset.sweep import KernelArgs, expected_bytes, run_sweep, shard_range
+from engine.dataset.chunks import SweepKernel
+from engine.dataset.sweep import expected_bytes, run_sweep, shard_range
 from engine.errors import UserError
-from engine.inputs.grid import build_grid, load_spec, parse_spec
+from engine.inputs.grid import build_grid
+from engine.inputs.spec import load_spec, parse_spec
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
 MARKER = re.compile(r"(\d{5})-of-(\d{5})\.json$")
@@ -158,14 +160,14 @@ def plan_shards(spec_path, n_shards: int, feasible_only=None, valid_only=None):
     keep = keep_mode(spec, feasible_only, valid_only)
     compression = spec.output.get("compression", "zstd")
     grid = build_grid(spec)
-    args = KernelArgs(grid)
+    kernel = SweepKernel(grid)
     n_samples = min(n_shards, PLAN_SAMPLES)
     sampled = sorted({round(i * (n_shards - 1) / max(n_samples - 1, 1)) for i in range(n_samples)})
     rate = {}  # bytes per configuration, by sampled shard
     for k in sampled:
         lo, hi = shard_range(grid.total, k, n_shards)
         if hi > lo:
-            rate[k] = expected_bytes(args, lo, hi, keep == "feasible", keep == "valid", compression) / (hi - lo)
+            rate[k] = expected_bytes(kernel, lo, hi, keep == "feasible", keep == "valid", compression) / (hi - lo)
     plans = []
     for k in range(n_shards):
         lo, hi = shard_range(grid.total, k, n_shards)

@@ -15,16 +15,13 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import engine
 from engine.atomic import write_text_atomic
-from engine.dataset.columns import COMPACT_OUTPUTS, output_columns
 from engine.errors import UserError
 from engine.model import catalog
-from engine.model.outputs import OUTPUTS
 
 MANIFEST = "_memsim.json"
 
@@ -86,27 +83,6 @@ def own_entry(name: str) -> bool:
 def clear_dataset(out_dir: Path) -> None:
     for p in list(out_dir.glob("part-*.parquet*")) + list(out_dir.glob("_shards/*.json")):
         p.unlink()
-
-
-def chunk_table(grid, start: int, out, digits, layout, keep) -> pa.Table:
-    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
-    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
-    idx = np.arange(start, start + out.shape[1], dtype=np.int64)
-    if keep is not None:
-        idx, out, digits, layout = idx[keep], out[:, keep], digits[:, keep], layout[:, keep]
-    columns = {"index": pa.array(idx)}
-    for k, axis in enumerate(grid.axes):
-        if isinstance(axis.labels[0], bool):
-            columns[axis.name] = pa.array(np.array(axis.labels)[digits[k]])
-        else:
-            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits[k]), pa.array(axis.labels))
-    names = {a.name for a in grid.axes}
-    if "dp" not in names:
-        columns["dp"] = pa.array(layout[0])
-    if "n_gpus" not in names:
-        columns["n_gpus"] = pa.array(layout[1])
-    columns.update(output_columns(out, COMPACT_OUTPUTS if grid.spec.output.get("compact") else OUTPUTS))
-    return pa.table(columns)
 
 
 class PartWriter:

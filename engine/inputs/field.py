@@ -1,4 +1,4 @@
-"""One input of the configuration vocabulary: its CONFIG.md name, kind, default and help."""
+"""One input of the configuration vocabulary: its CONFIG.md name, kind, default, bounds and help."""
 
 from dataclasses import dataclass
 
@@ -9,3 +9,5 @@ class Field:
     kind: object  # "int" | "bool" | "float" | "str" | an IntEnum class
     default: object
     help: str
+    low: float | None = None  # smallest accepted value (numbers)
+    high: float | None = None  # largest accepted value (numbers)

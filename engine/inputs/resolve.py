@@ -1,11 +1,10 @@
 """From what a user writes (CONFIG.md names, strings) to the record the formulas read.
 
 One path for every entry point: `memsim explain` flags, rows of a case list, and the sweep's catalog tables.
-Every mistake is a UserError naming the column, the value and what is accepted.
+Every value goes through the vocabulary's encoder; every mistake is a UserError naming the column, the value
+and what is accepted.
 """
 
-import difflib
-import math
 import tomllib
 from functools import cache
 
@@ -13,93 +12,13 @@ import numpy as np
 
 from engine import DATA_DIR
 from engine.errors import UserError
-from engine.inputs.codes import IntEnum, name_of, names
-from engine.inputs.vocabulary import (
-    GPU_ATTRIBUTES,
-    INPUTS,
-    MODEL_FIELDS,
-    RECORD,
-    empty_records,
-)
+from engine.inputs.model_fields import MODEL_FIELDS
+from engine.inputs.vocabulary import INPUTS, RECORD, check_columns, empty_records, is_empty, parse
 from engine.model import catalog
-from engine.model.derived import derive_layout
 from engine.model.params import param_count
+from engine.model.split import degrees
 
 MODEL_FIELD_NAMES = [f.name for f in MODEL_FIELDS]
-POSITIVE = {"seq_len", "micro_batch", "grad_accum", "tp", "pp", "cp", "ep", "vpp", "loss_chunks", "checkpoint_every"}
-NON_NEGATIVE = {f.name for f in MODEL_FIELDS} | {"n_gpus", "dp", "lora_rank", "pp_first_layers", "pp_last_layers"} | set(GPU_ATTRIBUTES)
-# GPU attributes a case may override (a measured CUDA context, a smaller MIG slice, ...).
-EXTRA_INPUTS = {name: "int" for name in GPU_ATTRIBUTES}
-
-
-def accepted_columns() -> list[str]:
-    return list(INPUTS) + list(EXTRA_INPUTS)
-
-
-def check_columns(columns) -> None:
-    """Unknown column names are an error that names them and lists the nearest accepted ones."""
-    known = set(accepted_columns())
-    for col in columns:
-        if col not in known:
-            near = difflib.get_close_matches(col, known, n=3, cutoff=0.5)
-            hint = f" — did you mean: {', '.join(near)}?" if near else ""
-            raise UserError(f"unknown column '{col}'{hint} (accepted: {', '.join(accepted_columns())})")
-
-
-def is_empty(raw) -> bool:
-    return raw is None or (isinstance(raw, str) and raw.strip() == "") or (
-        isinstance(raw, float) and math.isnan(raw)
-    )
-
-
-def parse_value(name: str, raw):
-    """One input value from text or a typed cell to its record value (enum code, int, 0/1 or float)."""
-    kind = INPUTS[name].kind if name in INPUTS else EXTRA_INPUTS[name]
-    if isinstance(kind, type) and issubclass(kind, IntEnum):
-        return parse_choice(name, kind, raw)
-    if kind == "bool":
-        return parse_bool(name, raw)
-    if kind == "float":
-        return parse_number(name, raw, float)
-    if kind == "int":
-        value = parse_number(name, raw, int)
-        if name in POSITIVE and value <= 0:
-            raise UserError(f"{name} must be a positive integer, got {raw!r}")
-        if name in NON_NEGATIVE and value < 0:
-            raise UserError(f"{name} must not be negative, got {raw!r}")
-        return value
-    return str(raw).strip()
-
-
-def parse_choice(name: str, enum: type[IntEnum], raw) -> int:
-    text = str(raw).strip().lower()
-    spelled = {name_of(m): m for m in enum}
-    if text in spelled:
-        return int(spelled[text])
-    raise UserError(f"unknown {name} '{raw}' (accepted: {', '.join(names(enum))})")
-
-
-def parse_bool(name: str, raw) -> int:
-    if isinstance(raw, (bool, np.bool_)):
-        return int(raw)
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes", "1.0"):
-        return 1
-    if text in ("false", "0", "no", "0.0"):
-        return 0
-    raise UserError(f"{name} must be true or false, got {raw!r}")
-
-
-def parse_number(name: str, raw, kind):
-    try:
-        value = float(raw) if not isinstance(raw, (int, np.integer)) else raw
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {raw!r}") from None
-    if kind is int:
-        if value != int(value):
-            raise UserError(f"{name} must be an integer, got {raw!r}")
-        return int(value)
-    return float(value)
 
 
 @cache
@@ -110,9 +29,9 @@ def overheads() -> dict:
 
 def model_fields(entry: dict) -> dict:
     """A catalog or config.json entry as record values (codes for the categorical fields)."""
-    fields = {n: parse_value(n, entry[n]) for n in MODEL_FIELD_NAMES if n in entry and not is_empty(entry[n])}
+    fields = {n: parse(n, entry[n]) for n in MODEL_FIELD_NAMES if n in entry and not is_empty(entry[n])}
     if "dropout" in entry:
-        fields["dropout"] = float(entry["dropout"])
+        fields["dropout"] = parse("dropout", entry["dropout"])
     return fields
 
 
@@ -131,9 +50,9 @@ def gpu_attributes(entry: dict) -> dict:
 
 
 def layout_mode(given: dict) -> int:
-    """How dp and n_gpus relate (engine.model.derived.derive_layout): 0 dp derived, 1 n_gpus derived, 2 both given."""
-    if "dp" in given and int(float(given["dp"])) > 0:
-        return 2 if "n_gpus" in given and int(float(given["n_gpus"])) > 0 else 1
+    """How dp and n_gpus relate (engine.model.split.degrees): 0 dp derived, 1 n_gpus derived, 2 both given."""
+    if "dp" in given and parse("dp", given["dp"]) > 0:
+        return 2 if "n_gpus" in given and parse("n_gpus", given["n_gpus"]) > 0 else 1
     return 0
 
 
@@ -153,9 +72,9 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
         rec[k] = v
     for name, raw in given.items():
         if name not in ("model", "gpu"):
-            rec[name] = parse_value(name, raw)
+            rec[name] = parse(name, raw)
     check_ranges(rec)
-    derive_layout(rec, layout_mode(given))  # a layout that does not divide becomes an invalid row
+    rec.dp, rec.n_gpus = degrees(rec, layout_mode(given))  # a layout that does not divide becomes an invalid row
     normalize_model(rec)
     return rec, model_label, gpu_entry["gpu"]
 
@@ -170,8 +89,6 @@ def normalize_model(rec) -> None:
 
 def check_ranges(rec) -> None:
     """Values that no layout could mean: a user mistake, not an invalid row."""
-    if not 0 <= rec.zero_stage <= 3:
-        raise UserError(f"zero_stage must be 0, 1, 2 or 3, got {rec.zero_stage}")
     if not 0.0 <= rec.headroom < 1.0:
         raise UserError(f"headroom must be in [0, 1), got {rec.headroom}")
     if not 0.0 <= rec.dropout < 1.0:
@@ -194,3 +111,4 @@ def resolve_cases(rows: list[dict]) -> tuple[np.recarray, list[str], list[str]]:
         models.append(model)
         gpus.append(gpu)
     return records, models, gpus
+

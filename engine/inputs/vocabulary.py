@@ -1,21 +1,32 @@
-"""The configuration vocabulary of CONFIG.md as one record type shared by the formulas and the kernel.
+"""The configuration vocabulary of CONFIG.md: every input, and the one encoder between its spellings.
 
-Every input column has a kind and a default. A configuration is evaluated as a numpy record of dtype
-`RECORD` (int64 everywhere but two floats); categorical values are the integer codes of engine.inputs.codes.
-Model dims, the parallel layout and the GPU's attributes all live in that one record, so a formula reads
-`c.seq_len`, `c.tp` or `c.capacity_bytes` alike, jitted or not.
+Every input has a kind, a default, bounds and a help line (engine/inputs/field.py). A configuration is a numpy
+record of dtype `RECORD` (int64 words; float64 for the float inputs; categorical values are the integer codes
+of engine/inputs/codes.py), so a formula reads `c.seq_len`, `c.tp` or `c.capacity_bytes` alike, jitted or not.
+What users write and read moves through the functions at the end of this module, and nowhere else:
+
+    parse(name, raw)          text, a CSV cell or a TOML value -> the record's value (code, int, 0/1, float)
+    spell(name, value)        the record's value -> what users read (the CONFIG.md string, int, bool, float)
+    arrow_column(name, vals)  record values -> the Parquet column (categorical ones dictionary-encoded)
+    sql_literal(name, value)  a value -> a DuckDB literal of the column's type
 """
 
-import numpy as np
+import difflib
+import math
 
+import numpy as np
+import pyarrow as pa
+
+from engine.errors import UserError
 from engine.inputs import codes
+from engine.inputs.codes import IntEnum, name_of, names
 from engine.inputs.field import Field
 from engine.inputs.model_fields import MODEL_FIELDS
 
 WORKLOAD_FIELDS = [
-    Field("seq_len", "int", 2048, "tokens per sample"),
-    Field("micro_batch", "int", 1, "samples per GPU per forward pass"),
-    Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)"),
+    Field("seq_len", "int", 2048, "tokens per sample", low=1),
+    Field("micro_batch", "int", 1, "samples per GPU per forward pass", low=1),
+    Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)", low=1),
 ]
 
 METHOD_FIELDS = [
@@ -25,7 +36,7 @@ METHOD_FIELDS = [
     Field("checkpointing", codes.Ckpt, codes.Ckpt.NONE, "activation recomputation"),
     Field("dropout", "float", 0.0, "dropout probability in the model"),
     Field("attention", codes.Attn, codes.Attn.FLASH, "whether the s^2 scores are kept"),
-    Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank"),
+    Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank", low=0),
     Field("lora_targets", codes.LoraTargets, codes.LoraTargets.ALL_LINEAR, "adapted linear layers"),
     Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized"),
     Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
@@ -38,8 +49,8 @@ RECIPE_FIELDS = [
     Field("optimizer_impl", codes.OptimizerImpl, codes.OptimizerImpl.FOREACH, "how torch.optim runs the step: foreach (state-sized intermediates), fused, forloop"),
     Field("optimizer_in_backward", "bool", False, "each parameter's step runs in its gradient hook; its gradient is freed at once (torchtune optimizer_in_bwd)"),
     Field("loss_impl", codes.LossImpl, codes.LossImpl.STANDARD, "standard (whole fp32 logits), chunked (torchtune), fused_linear (Liger, Cut Cross-Entropy)"),
-    Field("loss_chunks", "int", 8, "token slices for loss_impl = chunked"),
-    Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)"),
+    Field("loss_chunks", "int", 8, "token slices for loss_impl = chunked", low=1),
+    Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)", low=1),
     Field("activation_offload", "bool", False, "saved activations move to host RAM and come back layer by layer"),
     Field("compile", "bool", False, "torch.compile over the model: fused elementwise kernels keep fewer intermediates"),
     Field("zero_grad", codes.ZeroGrad, codes.ZeroGrad.NONE, "none: gradients freed after each step; zeros: kept allocated"),
@@ -47,18 +58,18 @@ RECIPE_FIELDS = [
 ]
 
 LAYOUT_FIELDS = [
-    Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)"),
-    Field("tp", "int", 1, "tensor parallel"),
-    Field("pp", "int", 1, "pipeline parallel"),
-    Field("cp", "int", 1, "context parallel"),
-    Field("ep", "int", 1, "expert parallel"),
-    Field("dp", "int", 0, "data parallel (0 = n_gpus / (tp * pp * cp))"),
+    Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)", low=0),
+    Field("tp", "int", 1, "tensor parallel", low=1),
+    Field("pp", "int", 1, "pipeline parallel", low=1),
+    Field("cp", "int", 1, "context parallel", low=1),
+    Field("ep", "int", 1, "expert parallel", low=1),
+    Field("dp", "int", 0, "data parallel (0 = n_gpus / (tp * pp * cp))", low=0),
     Field("sp", "bool", False, "sequence parallel (with tp)"),
-    Field("zero_stage", "int", 0, "ZeRO stage 0-3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2)"),
+    Field("zero_stage", "int", 0, "ZeRO stage 0-3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2)", low=0, high=3),
     Field("pp_schedule", codes.PPSchedule, codes.PPSchedule.ONE_F_ONE_B, "pipeline schedule"),
-    Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)"),
-    Field("pp_first_layers", "int", 0, "layers on the first pipeline stage (0 = split as evenly as possible)"),
-    Field("pp_last_layers", "int", 0, "layers on the last pipeline stage (0 = split as evenly as possible)"),
+    Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)", low=1),
+    Field("pp_first_layers", "int", 0, "layers on the first pipeline stage (0 = split as evenly as possible)", low=0),
+    Field("pp_last_layers", "int", 0, "layers on the last pipeline stage (0 = split as evenly as possible)", low=0),
     Field("headroom", "float", 0.10, "fraction of GPU memory kept free when deciding fits"),
 ]
 
@@ -68,45 +79,19 @@ NAME_FIELDS = [
     Field("gpu", "str", "h100-sxm-80gb", "GPU catalog key"),
 ]
 
-INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + RECIPE_FIELDS + LAYOUT_FIELDS
+# The GPU's attributes: from the catalog (data/gpus.toml, data/overheads.toml) unless a case gives them.
+GPU_FIELDS = [
+    Field("capacity_bytes", "int", 0, "the GPU's memory in bytes (0 = the catalog's)", low=0),
+    Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0),
+    Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0),
+    Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0),
+    Field("host_ram_bytes", "int", 0, "host RAM per GPU for offload (0 = the catalog node's share)", low=0),
+]
+GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
+
+INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + RECIPE_FIELDS + LAYOUT_FIELDS + GPU_FIELDS
 INPUTS = {f.name: f for f in INPUT_FIELDS}
-
-# Attributes copied from the GPU catalog into each record (see data/gpus.toml, data/overheads.toml).
-GPU_ATTRIBUTES = [
-    "capacity_bytes",
-    "cuda_context_bytes",
-    "cublas_workspace_bytes",
-    "nccl_buffer_bytes",
-    "host_ram_bytes",
-]
-
-# Quantities derived once per configuration (engine/formulas/derived.py) and read by the later formulas,
-# so that the kernel computes the parameter split and the model states once, not once per term.
-DERIVED_FIELDS = [
-    "rank_params",
-    "rank_trainable_params",
-    "rank_block_params",
-    "rank_weight_bytes",
-    "rank_grad_bytes",
-    "rank_optimizer_bytes",
-    "rank_host_bytes",
-    "rank_cast_bytes",
-    "rank_gather_bytes",
-    "rank_reduce_bytes",
-    "rank_step_bytes",
-    "rank_bucket_bytes",
-    "rank_stream_bytes",
-    "rank_replicated_per_token",
-    "rank_split_per_token",
-    "rank_moe_split_per_token",
-    "rank_scores_per_key",
-    "rank_head_per_token",
-    "rank_layout_reason",
-]
-
-_FLOATS = {"dropout", "headroom", "capacity_factor"}
-RECORD_FIELDS = ["model_id", "gpu_id"] + [f.name for f in INPUT_FIELDS[2:]] + GPU_ATTRIBUTES + DERIVED_FIELDS
-RECORD = np.dtype([(n, np.float64 if n in _FLOATS else np.int64) for n in RECORD_FIELDS])
+RECORD = np.dtype([(f.name, np.float64 if f.kind == "float" else np.int64) for f in INPUT_FIELDS[2:]])
 
 
 def empty_records(n: int) -> np.recarray:
@@ -115,3 +100,127 @@ def empty_records(n: int) -> np.recarray:
     for f in INPUT_FIELDS[2:]:
         rec[f.name] = f.default
     return rec
+
+
+# ---------------------------------------------------------------------------------------------------- encoding
+
+
+def is_choice(field: Field) -> bool:
+    return isinstance(field.kind, type) and issubclass(field.kind, IntEnum)
+
+
+def check_columns(columns) -> None:
+    """Unknown column names are an error that names them and lists the nearest accepted ones."""
+    for col in columns:
+        if col not in INPUTS:
+            near = difflib.get_close_matches(col, INPUTS, n=3, cutoff=0.5)
+            hint = f" — did you mean: {', '.join(near)}?" if near else ""
+            raise UserError(f"unknown column '{col}'{hint} (accepted: {', '.join(INPUTS)})")
+
+
+def is_empty(raw) -> bool:
+    """An empty cell means the default (CONFIG.md)."""
+    return raw is None or (isinstance(raw, str) and raw.strip() == "") or (isinstance(raw, float) and math.isnan(raw))
+
+
+def parse(name: str, raw):
+    """One input value from text, a CSV cell or a TOML value to its record value.
+
+    Examples
+    --------
+    >>> parse("precision", "AMP_BF16") == codes.Precision.AMP_BF16, parse("sp", "true"), parse("seq_len", "4096")
+    (True, 1, 4096)
+    """
+    field = INPUTS[name]
+    if is_choice(field):
+        return _parse_choice(name, field.kind, raw)
+    if field.kind == "bool":
+        return _parse_bool(name, raw)
+    if field.kind == "str":
+        return str(raw).strip()
+    value = _parse_number(name, raw, int if field.kind == "int" else float)
+    if field.low is not None and value < field.low:
+        raise UserError(f"{name} must be at least {field.low:g}, got {raw!r}")
+    if field.high is not None and value > field.high:
+        raise UserError(f"{name} must be at most {field.high:g}, got {raw!r}")
+    return value
+
+
+def _parse_choice(name: str, enum: type[IntEnum], raw) -> int:
+    text = str(raw).strip().lower()
+    spelled = {name_of(m): m for m in enum}
+    if text in spelled:
+        return int(spelled[text])
+    raise UserError(f"unknown {name} '{raw}' (accepted: {', '.join(names(enum))})")
+
+
+def _parse_bool(name: str, raw) -> int:
+    if isinstance(raw, (bool, np.bool_)):
+        return int(raw)
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "1.0"):
+        return 1
+    if text in ("false", "0", "no", "0.0"):
+        return 0
+    raise UserError(f"{name} must be true or false, got {raw!r}")
+
+
+def _parse_number(name: str, raw, kind):
+    if isinstance(raw, (bool, np.bool_)):
+        raise UserError(f"{name} must be a number, got {raw!r}")
+    try:
+        value = float(raw) if not isinstance(raw, (int, np.integer)) else raw
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise UserError(f"{name} must be a finite number, got {raw!r}")
+    if kind is int:
+        if value != int(value):
+            raise UserError(f"{name} must be an integer, got {raw!r}")
+        return int(value)
+    return float(value)
+
+
+def spell(name: str, value):
+    """The record's value as users read it: the CONFIG.md string of a code, a bool, an int or a float.
+
+    Examples
+    --------
+    >>> spell("pp_schedule", 0), spell("sp", 1), spell("seq_len", 4096)
+    ('1f1b', True, 4096)
+    """
+    field = INPUTS[name]
+    if is_choice(field):
+        return name_of(field.kind(int(value)))
+    if field.kind == "bool":
+        return bool(value)
+    if field.kind == "float":
+        return float(value)
+    if field.kind == "int":
+        return int(value)
+    return value
+
+
+def arrow_column(name: str, values: np.ndarray) -> pa.Array:
+    """Record values of one input as its Parquet column: categorical ones as dictionary-encoded strings."""
+    field = INPUTS[name]
+    if is_choice(field):
+        return pa.DictionaryArray.from_arrays(pa.array(values.astype(np.int32)), pa.array(names(field.kind)))
+    if field.kind == "bool":
+        return pa.array(values.astype(bool))
+    return pa.array(values)
+
+
+def sql_literal(name: str, value=None) -> str:
+    """A DuckDB literal of the input's column type holding `value` (default: the input's default)."""
+    field = INPUTS[name]
+    value = field.default if value is None else value
+    if is_choice(field):
+        return f"'{spell(name, value)}'"
+    if field.kind == "bool":
+        return "TRUE" if value else "FALSE"
+    if field.kind == "float":
+        return f"{float(value)}::DOUBLE"
+    if field.kind == "str":
+        return "'" + str(value).replace("'", "''") + "'"
+    return f"{int(value)}::BIGINT"

@@ -159,15 +159,15 @@ def scores_bytes_per_key(c):
 
 
 @formula
-def attention_scores_bytes_per_token(c):
+def attention_scores_bytes_per_token(c, r):
     """The s-by-s terms per token: each token's query attends to all s keys (ring attention too)."""
-    return c.rank_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
+    return r.scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
 
 
 @formula
-def scores_bytes_per_token(c):
+def scores_bytes_per_token(c, r):
     """Scores kept for backward: none under selective recomputation (Korthikanti sec. 4.2)."""
-    return 0 if c.checkpointing == Ckpt.SELECTIVE else attention_scores_bytes_per_token(c)
+    return 0 if c.checkpointing == Ckpt.SELECTIVE else attention_scores_bytes_per_token(c, r)
 
 
 @formula
@@ -212,28 +212,27 @@ def split_bytes_per_token(c, moe_layer):
 
 
 @formula
-def full_layer_bytes(c, moe_layer, scores):
+def full_layer_bytes(c, r, moe_layer, scores):
     """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms per token).
 
-    The per-token terms depend only on the model, numerics and layout: derive() keeps them on the record
-    (rank_replicated_per_token, rank_split_per_token, rank_moe_split_per_token)."""
+    The per-token terms depend only on the model, numerics and layout (levels.Rank)."""
     tokens, t = local_tokens(c), c.tp
-    replicated = c.rank_replicated_per_token * tokens
-    split_per_token = c.rank_moe_split_per_token if moe_layer else c.rank_split_per_token
+    replicated = r.replicated_per_token * tokens
+    split_per_token = r.moe_split_per_token if moe_layer else r.split_per_token
     split = (split_per_token + scores) * tokens
     return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
 @formula
-def layer_activation_bytes(c, moe_layer):
+def layer_activation_bytes(c, r, moe_layer):
     """Bytes one layer keeps for backward for one micro-batch (Korthikanti Table 2, generalised).
 
     Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
     """
     if c.checkpointing == Ckpt.FULL:
-        kept = c.rank_stream_bytes * local_tokens(c) * c.d_model
+        kept = stream_bytes(c) * local_tokens(c) * c.d_model
         return ceil_div(kept, c.tp) if c.sp else kept
-    return full_layer_bytes(c, moe_layer, scores_bytes_per_token(c))
+    return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
 
 
 @formula
@@ -254,13 +253,13 @@ def in_flight_layer_factor(c):
 
 
 @formula
-def stage_layer_activation_bytes(c):
+def stage_layer_activation_bytes(c, r):
     """All transformer layers' activations alive on the first stage at the end of the forward pass."""
     lps = layers_per_stage(c)
     moe_layers = min(lps, n_moe_layers(c))
-    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, False)
+    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, r, False)
     if moe_layers > 0:
-        per_microbatch += moe_layers * layer_activation_bytes(c, True)
+        per_microbatch += moe_layers * layer_activation_bytes(c, r, True)
     num, den = in_flight_layer_factor(c)
     return ceil_div(per_microbatch * num, den)
 
@@ -275,12 +274,12 @@ def embedding_activation_bytes(c):
 
 
 @formula
-def head_activation_bytes(c):
+def head_activation_bytes(c, r):
     """Last stage, one micro-batch: the final norm and the LM head's input (a frozen head under LoRA keeps
     none). The loss's own tensors are temporaries (temporaries.py)."""
     if not c.lm_head:
         return 0
-    kept = local_tokens(c) * c.rank_head_per_token
+    kept = local_tokens(c) * r.head_per_token
     return ceil_div(kept, c.tp) if c.sp else kept
 
 
@@ -292,18 +291,18 @@ def head_bytes_per_token(c):
 
 
 @formula
-def activation_bytes(c):
+def activation_bytes(c, r):
     """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
     if not has_dims(c):
         return 0
     num, den = in_flight_layer_factor(c)
-    first = stage_layer_activation_bytes(c) + ceil_div(embedding_activation_bytes(c) * num, den)
-    return first + (head_activation_bytes(c) if c.pp == 1 else 0)
+    first = stage_layer_activation_bytes(c, r) + ceil_div(embedding_activation_bytes(c) * num, den)
+    return first + (head_activation_bytes(c, r) if c.pp == 1 else 0)
 
 
 @formula
-def recompute_bytes(c):
+def recompute_bytes(c, r):
     """Full recomputation rebuilds one layer's activations, scores included, during backward."""
     if c.checkpointing != Ckpt.FULL or not has_dims(c):
         return 0
-    return full_layer_bytes(c, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c))
+    return full_layer_bytes(c, r, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c, r))

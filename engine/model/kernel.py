@@ -1,30 +1,44 @@
-"""The vectorized form of the memory model: one prange loop that calls outputs.row and stores.
+"""The vectorized form of the memory model over a list of configurations (estimate, explain, measure).
 
-No arithmetic here: the formulas live in engine/formulas and engine/outputs.row, compiled once and called
-by both this loop and the tests. Each iteration writes only its own column of `out` (numba's parallel docs:
-shared writes inside prange race silently). Outputs start at UNSET so a column the loop forgets fails
-tests/test_kernel.py.
+One prange loop calls levels.evaluate_one, the scalar reference, for every record and stores each level's
+columns in its rows of `out` (OUTPUTS order). No arithmetic here. Each iteration writes only its own column
+of `out` (numba's parallel docs: shared writes inside prange race silently); outputs start at UNSET so a
+column the loop forgets fails tests/test_kernel.py.
 """
 
 import numba
 import numpy as np
 
-from engine.model.outputs import OUTPUTS, row
+from engine.model.levels import evaluate_one
+from engine.model.outputs import DEVICE_COLUMNS, OUTPUTS, RANK_COLUMNS, STEP_COLUMNS
 
 UNSET = np.iinfo(np.int64).min
+RANK_ROWS = np.array([OUTPUTS.index(n) for n in RANK_COLUMNS], dtype=np.int64)
+STEP_ROWS = np.array([OUTPUTS.index(n) for n in STEP_COLUMNS], dtype=np.int64)
+DEVICE_ROWS = np.array([OUTPUTS.index(n) for n in DEVICE_COLUMNS], dtype=np.int64)
 
 
 @numba.njit(parallel=True, cache=True)
-def _fill(cfg, out):
+def _fill(cfg, out, rank_rows, step_rows, device_rows):
     for i in numba.prange(len(cfg)):
-        values = row(cfg[i])
-        for k in range(len(values)):
-            out[k, i] = values[k]
+        r, s, d = evaluate_one(cfg[i])
+        for k in range(len(r.columns)):
+            out[rank_rows[k], i] = r.columns[k]
+        for k in range(len(s.columns)):
+            out[step_rows[k], i] = s.columns[k]
+        for k in range(len(d.columns)):
+            out[device_rows[k], i] = d.columns[k]
 
 
 def evaluate(cfg: np.ndarray) -> np.ndarray:
-    """Every output for every record of `cfg` (engine.inputs.vocabulary.RECORD): int64, shape (len(OUTPUTS), len(cfg))."""
+    """Every output for every record of `cfg` (engine.inputs.vocabulary.RECORD): int64, (len(OUTPUTS), len(cfg))."""
     out = np.full((len(OUTPUTS), len(cfg)), UNSET, dtype=np.int64)
     if len(cfg):
-        _fill(np.asarray(cfg).view(np.recarray), out)  # recarray: attribute access without numba too
+        _fill(np.asarray(cfg).view(np.recarray), out, RANK_ROWS, STEP_ROWS, DEVICE_ROWS)
     return out
+
+
+def evaluate_named(cfg: np.ndarray) -> dict[str, np.ndarray]:
+    """evaluate(), as {column: values}."""
+    out = evaluate(cfg)
+    return {name: out[k] for k, name in enumerate(OUTPUTS)}

@@ -22,6 +22,19 @@ from engine.model.params import (
 
 
 @formula
+def degrees(c, dp_mode):
+    """(dp, n_gpus) of a layout: dp = n_gpus / (tp*pp*cp) unless given (dp_mode 0); n_gpus = dp*tp*pp*cp when
+    only dp is (1); both given (2): kept, and a mismatch makes the row invalid (CONFIG.md, Parallel layout)."""
+    group = c.tp * c.pp * c.cp
+    if dp_mode == 0:
+        n_gpus = c.n_gpus if c.n_gpus > 0 else group
+        return max(1, n_gpus // group), n_gpus
+    if dp_mode == 1:
+        return c.dp, c.dp * group
+    return c.dp, c.n_gpus
+
+
+@formula
 def layers_per_stage(c):
     return ceil_div(c.n_layers, c.pp)
 

@@ -67,31 +67,31 @@ def loss_backward_bytes(c):
 
 
 @formula
-def zero3_gather_bytes(c):
+def zero3_gather_bytes(c, block_params):
     """ZeRO-3 / FSDP FULL_SHARD: the current and the prefetched block, gathered in the compute dtype.
 
     FSDP (arXiv:2304.11277 sec. 3.3, forward/backward prefetch); DeepSpeed stage3 prefetch buckets.
     """
     if c.zero_stage < 3 or c.dp * c.cp == 1:
         return 0
-    return 2 * compute_bytes(c) * c.rank_block_params
+    return 2 * compute_bytes(c) * block_params
 
 
 @formula
-def zero3_grad_bytes(c):
+def zero3_grad_bytes(c, block_params, trainable_params):
     """ZeRO-3 / FSDP backward: one block's unsharded gradients before their reduce-scatter."""
     if c.zero_stage < 3 or c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
         return 0
-    return grad_bytes_per_param(c) * min(c.rank_block_params, c.rank_trainable_params)
+    return grad_bytes_per_param(c) * min(block_params, trainable_params)
 
 
 @formula
-def ddp_bucket_bytes(c):
+def ddp_bucket_bytes(c, trainable_params):
     """PyTorch DDP buckets: a flat copy of every gradient (torch/nn/parallel/distributed.py, bucket views
     are off by default). DeepSpeed ZeRO-1/2: the reduce bucket, 5e8 elements by default (reduce_bucket_size)."""
     if c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
         return 0
-    grads = grad_bytes_per_param(c) * c.rank_trainable_params
+    grads = grad_bytes_per_param(c) * trainable_params
     if c.framework == Framework.PYTORCH and c.zero_stage == 0:
         return grads
     if c.framework == Framework.DEEPSPEED and (c.zero_stage == 1 or c.zero_stage == 2):
@@ -100,7 +100,7 @@ def ddp_bucket_bytes(c):
 
 
 @formula
-def autocast_cache_bytes(c):
+def autocast_cache_bytes(c, params):
     """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
     2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
     if c.framework != Framework.PYTORCH or not is_amp(c) or c.precision == Precision.FP8:
@@ -111,7 +111,7 @@ def autocast_cache_bytes(c):
         return 0  # bitsandbytes dequantizes instead of casting
     # Lookup tables are never cast: the token embedding unless it doubles as the (cast) LM head, positions.
     lookups = (0 if c.tied_embeddings and c.lm_head else c.vocab * c.d_model) + c.n_positions * c.d_model
-    return 2 * max(0, c.rank_params - ceil_div(lookups, c.tp * c.pp))
+    return 2 * max(0, params - ceil_div(lookups, c.tp * c.pp))
 
 
 @formula
@@ -123,7 +123,7 @@ def dequant_bytes(c):
 
 
 @formula
-def optimizer_step_bytes(c):
+def optimizer_step_bytes(c, trainable_params):
     """Buffers the optimizer step allocates.
 
     torch AdamW (foreach, the CUDA default; torch/optim/adamw.py _multi_tensor_adamw): torch._foreach_sqrt
@@ -131,7 +131,7 @@ def optimizer_step_bytes(c):
     DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py). Adafactor
     (transformers/optimization.py) and Lion work per tensor: update buffers of the largest tensor.
     """
-    n, o = c.rank_trainable_params, c.optimizer
+    n, o = trainable_params, c.optimizer
     if o == Optimizer.NONE:
         return 0
     if c.framework == Framework.DEEPSPEED:

@@ -1,0 +1,31 @@
+"""`memsim validate`: memsim against every reference it ships, as signed error per case."""
+
+import argparse
+
+from engine.errors import UserError
+
+HELP = "memsim against every reference it ships: signed error per case"
+EXAMPLE = "Example:\n  memsim validate --set measured --markdown"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("validate", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", choices=["all", "published", "measured"], default="all")
+    p.add_argument("--markdown", action="store_true", help="the README's table")
+    p.set_defaults(run=run)
+
+
+def run(args) -> None:
+    from engine.checks import validate
+
+    results = []
+    if args.set in ("all", "published"):
+        results += validate.golden_results()
+    if args.set in ("all", "measured"):
+        results += validate.measured_results()
+    print(validate.markdown(results) if args.markdown else validate.render(results))
+    failed = [r["case_id"] for r in results if r["ok"] is False]
+    measured = validate.summary([r for r in results if r["group"].startswith("measured")])
+    worse = [g for g, s in measured.items() if s["median_abs_pct"] > validate.MEASURED_MEDIAN_TOL_PCT]
+    if failed or worse:
+        raise UserError(f"accuracy regressed: {', '.join(failed + worse)} outside the stated tolerance")

@@ -1,0 +1,24 @@
+"""`memsim verify`: check that a (sharded) sweep dataset is complete; print what to re-run."""
+
+import argparse
+
+from engine.errors import UserError
+
+HELP = "check that a (sharded) sweep dataset is complete; print what to re-run"
+EXAMPLE = "Example:\n  memsim verify out/default"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("verify", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", metavar="DIR", help="sweep dataset directory or URI (written by memsim sweep)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> None:
+    from engine.dataset.shards import render_verification, verify_dataset
+
+    v = verify_dataset(args.dir)
+    print(render_verification(v))
+    if not v.ok:
+        raise UserError(f"{args.dir} is incomplete: {len(v.rerun)} shard(s) to re-run"
+                        f"{f', {len(v.stray)} stray file(s)' if v.stray else ''} (listed above)")

@@ -1,0 +1,122 @@
+"""The sweep kernel's input arrays, built once per sweep, and its output for one chunk of the index range.
+
+A chunk is factored as the kernel computed it (engine/model/sweep_kernel.py): rank-level columns once per run
+of rows sharing a layout, step-level columns once per run sharing a workload, device-level columns per row.
+`Chunk.runs(level)` gives, for every row, the slot its value sits in, and how many rows each slot covers;
+engine/dataset/columns.py turns that into Parquet columns without repeating a value per row where a
+dictionary index does.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numba
+import numpy as np
+
+from engine.inputs.grid import FIELD_INDEX, Grid
+from engine.inputs.vocabulary import RECORD
+from engine.model.kernel import UNSET
+from engine.model.outputs import DEVICE_COLUMNS, RANK_COLUMNS, STEP_COLUMNS
+from engine.model.sweep_kernel import sweep_chunk
+
+RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
+
+
+def run_slots(start: int, count: int, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """For rows start .. start+count-1 grouped in runs of `period` (aligned to multiples of it): each row's run
+    number (0 = the run holding `start`) and each run's number of rows in the chunk."""
+    first, last = start // period, (start + count - 1) // period
+    lengths = np.full(last - first + 1, period, dtype=np.int64)
+    lengths[0] = min(count, (first + 1) * period - start)
+    if last > first:
+        lengths[-1] = start + count - last * period
+    return np.repeat(np.arange(len(lengths), dtype=np.int32), lengths), lengths
+
+
+@dataclass
+class Chunk:
+    grid: Grid
+    start: int
+    count: int
+    rank: np.ndarray  # (len(RANK_ROWS), rank slots)
+    step: np.ndarray  # (len(STEP_COLUMNS), step slots)
+    device: np.ndarray  # (len(DEVICE_COLUMNS), count)
+    rows_per_rank: int
+    rows_per_step: int
+
+    @cached_property
+    def rank_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        return run_slots(self.start, self.count, self.rows_per_rank)
+
+    @cached_property
+    def step_runs(self) -> tuple[np.ndarray, np.ndarray]:
+        return run_slots(self.start, self.count, self.rows_per_step)
+
+    def values(self, name: str) -> np.ndarray:
+        """One output (or dp / n_gpus) for every row of the chunk, as int64."""
+        if name in DEVICE_COLUMNS:
+            return self.device[DEVICE_COLUMNS.index(name)]
+        if name in STEP_COLUMNS:
+            return self.step[STEP_COLUMNS.index(name)][self.step_runs[0]]
+        return self.rank[RANK_ROWS.index(name)][self.rank_runs[0]]
+
+    def count_rows(self, name: str, value: int) -> int:
+        """Rows where a rank- or step-level column equals `value`, counted slot by slot."""
+        if name in STEP_COLUMNS:
+            return int(self.step_runs[1][self.step[STEP_COLUMNS.index(name)] == value].sum())
+        return int(self.rank_runs[1][self.rank[RANK_ROWS.index(name)] == value].sum())
+
+    def reasons(self) -> np.ndarray:
+        """Rows per invalid_reason code."""
+        codes = self.step[STEP_COLUMNS.index("invalid_reason")]
+        return np.bincount(codes, weights=self.step_runs[1], minlength=1).astype(np.int64)
+
+
+class SweepKernel:
+    """The grid as the arrays sweep_chunk reads, and reusable output buffers."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+        axes = grid.axes
+        width = max(len(a.fields) for a in axes)
+        values = max(len(a.labels) for a in axes)
+        self.axis_words = np.zeros((len(axes), values, width), dtype=np.int64)
+        self.axis_fields = np.zeros((len(axes), width), dtype=np.int64)
+        self.axis_width = np.array([len(a.fields) for a in axes], dtype=np.int64)
+        for k, axis in enumerate(axes):
+            self.axis_words[k, : len(axis.labels), : len(axis.fields)] = axis.words
+            self.axis_fields[k, : len(axis.fields)] = [FIELD_INDEX[f] for f in axis.fields]
+        self.radices = grid.radices
+        self.n_rank, self.n_step = grid.count("rank"), grid.count("step")
+        self.rows_per_step = int(np.prod(self.radices[self.n_rank + self.n_step:]))
+        self.rows_per_rank = int(np.prod(self.radices[self.n_rank:]))
+        self.blocks = 8 * numba.get_num_threads()
+        self.scratch = np.zeros(self.blocks, dtype=RECORD)
+        self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
+        self.buffers = [None, None]
+        self.turn = 0
+
+    def slots(self, count: int, period: int) -> int:
+        return count // period + 2  # a chunk of `count` rows spans at most this many runs of `period`
+
+    def evaluate(self, start: int, count: int) -> Chunk:
+        """Configurations start .. start+count-1, factored by level.
+
+        Two buffer sets alternate (fresh pages for every chunk cost more than the kernel): what a call returns
+        stays valid while the next call runs — the writer thread uses it then — and is overwritten by the one
+        after. Buffers start at UNSET, so a slot the kernel never writes shows."""
+        self.turn ^= 1
+        buffers = self.buffers[self.turn]
+        if buffers is None or buffers[2].shape[1] < count:
+            buffers = (np.full((len(RANK_ROWS), self.slots(count, self.rows_per_rank)), UNSET, dtype=np.int64),
+                       np.full((len(STEP_COLUMNS), self.slots(count, self.rows_per_step)), UNSET, dtype=np.int64),
+                       np.full((len(DEVICE_COLUMNS), count), UNSET, dtype=np.int64))
+            self.buffers[self.turn] = buffers
+        n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
+        n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
+        rank, step, device = buffers[0][:, :n_rank], buffers[1][:, :n_step], buffers[2][:, :count]
+        if count:
+            sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
+                        self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
+                        rank, step, device)
+        return Chunk(self.grid, start, count, rank, step, device, self.rows_per_rank, self.rows_per_step)
