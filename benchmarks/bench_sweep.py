@@ -1,10 +1,12 @@
-"""Sweep throughput: configs/s of the kernel alone and of the whole sweep to Parquet on disk, peak RSS,
-against a pure-Python loop over the scalar reference and a numpy-vectorized baseline, in one run.
+"""Sweep throughput: configs/s of the kernel alone and of the whole sweep to Parquet on disk (full rows, compact
+rows, feasible rows only), peak RSS, against a pure-Python loop over the scalar reference and a numpy-vectorized
+baseline, in one run.
 
     python benchmarks/bench_sweep.py            # 1e6 and 1e7 configurations
     python benchmarks/bench_sweep.py --full     # also 1e8 (a few minutes, ~1 GiB of Parquet in a temp dir)
 
-Not a test: speed is measured here and quoted, never asserted.
+Not a test: speed is measured here and quoted, never asserted. Each end-to-end run is a fresh process, so its
+peak RSS is its own.
 """
 
 import argparse
@@ -21,15 +23,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.inputs.vocabulary import RECORD  # noqa: E402
-from engine.inputs.grid import build_grid, decode, parse_spec  # noqa: E402
-from engine.model.outputs import row  # noqa: E402
-from engine.dataset.sweep import KernelArgs  # noqa: E402
+from engine.dataset.chunks import SweepKernel  # noqa: E402
+from engine.inputs.grid import build_grid, decode  # noqa: E402
+from engine.inputs.spec import parse_spec  # noqa: E402
+from engine.model.levels import evaluate_one  # noqa: E402
 
 MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "mixtral-8x7b",
           "qwen2.5-72b", "llama-3.1-405b", "gemma-2-27b", "mistral-7b-v0.1"]
 GPUS = ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-sxm-192gb", "mi300x", "l40s", "rtx-4090",
         "a100-sxm-40gb", "mi325x", "l4"]
+MODES = {"full rows": {}, "compact rows": {"compact": True}, "feasible rows only": {"feasible_only": True}}
 
 
 def spec(size: float) -> dict:
@@ -44,27 +47,23 @@ def spec(size: float) -> dict:
 def kernel_rate(axes: dict, limit: int) -> tuple[int, float]:
     """Configurations per second of the compiled kernel alone, in chunks of 2^20, outputs discarded."""
     grid = build_grid(parse_spec(axes))
-    args = KernelArgs(grid)
+    kernel = SweepKernel(grid)
     chunk = 1 << 20
-    args.evaluate(0, min(chunk, grid.total))  # compile / allocate outside the timing
+    kernel.evaluate(0, min(chunk, grid.total))  # compile / allocate outside the timing
     n = min(grid.total, limit)
     t0 = time.perf_counter()
     for start in range(0, n, chunk):
-        args.evaluate(start, min(chunk, n - start))
+        kernel.evaluate(start, min(chunk, n - start))
     return n, n / (time.perf_counter() - t0)
 
 
 def python_rate(axes: dict, n: int = 2000) -> float:
-    """The scalar reference in a plain Python loop: records decoded with numpy, then row(c) per record."""
+    """The scalar reference in a plain Python loop: records decoded first, then evaluate_one(c) per record."""
     grid = build_grid(parse_spec(axes))
-    args = KernelArgs(grid)
-    args.evaluate(0, n)
-    records = np.zeros(n, dtype=RECORD).view(np.recarray)
-    for i in range(n):
-        records[i] = decode(grid, i)
+    records = [decode(grid, i) for i in range(n)]
     t0 = time.perf_counter()
-    for i in range(n):
-        row(records[i])
+    for rec in records:
+        evaluate_one(rec)
     return n / (time.perf_counter() - t0)
 
 
@@ -73,13 +72,16 @@ def numpy_rate(axes: dict, n: int = 1_000_000) -> float:
     model states (ZeRO-sharded, 16 B/param) and Korthikanti's activations, as whole-array expressions.
     A subset of memsim's terms (no phases, temporaries, LoRA, MoE): an upper bound on what numpy would do."""
     grid = build_grid(parse_spec(axes))
+    axes_by_name = {a.name: a for a in grid.axes}
+    model, gpu = axes_by_name["model"], axes_by_name["gpu"]
     idx = np.arange(min(n, grid.total), dtype=np.int64)
     t0 = time.perf_counter()
-    cols, rest = {}, idx.copy()
+    digits, rest = {}, idx.copy()
     for axis, radix in zip(reversed(grid.axes), reversed(grid.radices)):
-        cols[axis.name] = axis.values[rest % radix]
+        digits[axis.name] = rest % radix
         rest //= radix
-    f = {name: grid.model_rows[cols["model"], RECORD.names.index(name)] for name in ("n_params", "n_layers", "d_model", "n_heads")}
+    cols = {name: a.words[digits[name], 0] for name, a in axes_by_name.items() if len(a.fields) == 1}
+    f = {name: model.words[digits["model"], model.fields.index(name)] for name in ("n_params", "n_layers", "d_model", "n_heads")}
     tp, pp, n_gpus, zero = cols["tp"], cols["pp"], cols["n_gpus"], cols["zero_stage"]
     dp = np.maximum(1, n_gpus // (tp * pp))
     p = -(-f["n_params"] // (tp * pp))
@@ -87,17 +89,17 @@ def numpy_rate(axes: dict, n: int = 1_000_000) -> float:
     s, b, h, a = cols["seq_len"], cols["micro_batch"], f["d_model"], f["n_heads"]
     act = s * b * h * (10 + 24 // tp) + 5 * a * s * s * b // tp
     total = states + act * f["n_layers"] // pp
-    capacity = grid.gpu_rows[cols["gpu"], RECORD.names.index("capacity_bytes")]
+    capacity = gpu.words[digits["gpu"], gpu.fields.index("capacity_bytes")]
     fits = total <= capacity * 0.9
     fits.sum()
     return len(idx) / (time.perf_counter() - t0)
 
 
-def end_to_end(size: float) -> dict:
+def end_to_end(size: float, output: dict) -> dict:
     """The whole sweep to Parquet on disk, in a fresh process so its peak RSS is its own."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / "spec.toml"
-        spec_path.write_text(toml(spec(size)))
+        spec_path.write_text(toml({**spec(size), "output": output}))
         code = (
             "import json, resource, sys, time; sys.path.insert(0, %r);"
             "from engine.dataset.sweep import run_sweep;"
@@ -112,9 +114,9 @@ def end_to_end(size: float) -> dict:
 
 
 def toml(doc: dict) -> str:
-    lines = ["[axes]"]
-    for k, v in doc["axes"].items():
-        lines.append(f"{k} = {json.dumps(v)}")
+    lines = ["[axes]"] + [f"{k} = {json.dumps(v)}" for k, v in doc["axes"].items()]
+    if doc.get("output"):
+        lines += ["[output]"] + [f"{k} = {json.dumps(v)}" for k, v in doc["output"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -129,10 +131,11 @@ def main() -> None:
     print(f"numpy-vectorized (subset):    {npy:12,.0f} configs/s")
     for size in sizes:
         n, rate = kernel_rate(spec(size), int(size * 1.01))
-        e2e = end_to_end(size)
-        e2e_rate = e2e["configs"] / e2e["seconds"]
-        print(f"{n:>13,} configs  kernel {rate / 1e6:6.2f} M/s ({rate / py:7.0f}x Python, {rate / npy:5.2f}x numpy)  "
-              f"end-to-end {e2e_rate / 1e6:5.2f} M/s  Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB")
+        print(f"{n:>13,} configs  kernel {rate / 1e6:7.2f} M/s ({rate / py:8.0f}x Python, {rate / npy:5.2f}x numpy)")
+        for mode, output in MODES.items():
+            e2e = end_to_end(size, output)
+            print(f"{'':>22}{mode:<20} {e2e['configs'] / e2e['seconds'] / 1e6:6.2f} M/s  {e2e['rows']:>13,} rows  "
+                  f"Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB")
     print(f"(this process, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB)")
 
 

@@ -19,8 +19,8 @@ def config(**overrides):
 
 def outputs(c) -> dict[str, int]:
     """Every output column of one record, by name, from the scalar reference (levels.evaluate_one)."""
-    r, s, d = evaluate_one(c)
-    return {**r.columns._asdict(), **s.columns._asdict(), **d.columns._asdict()}
+    r, s, g, d = evaluate_one(c)
+    return {**r.columns._asdict(), **s.columns._asdict(), **g.columns._asdict(), **d.columns._asdict()}
 
 
 def reference(formula):

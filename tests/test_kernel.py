@@ -74,7 +74,7 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed):
     start = int(rng.integers(0, grid.total // 2))
     count = min(3000, grid.total - start)
     chunk = SweepKernel(grid).evaluate(start, count)
-    assert not (chunk.rank == UNSET).any() and not (chunk.step == UNSET).any() and not (chunk.device == UNSET).any()
+    assert not any((part == UNSET).any() for part in (chunk.rank, chunk.gpu, chunk.step, chunk.device))
     got = {name: chunk.values(name) for name in [*OUTPUTS, "dp", "n_gpus"]}
     for i in rng.choice(count, 400, replace=False):
         rec = decode(grid, start + i)

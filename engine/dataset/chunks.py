@@ -16,7 +16,7 @@ import numpy as np
 from engine.inputs.grid import FIELD_INDEX, Grid
 from engine.inputs.vocabulary import RECORD
 from engine.model.kernel import UNSET
-from engine.model.outputs import DEVICE_COLUMNS, RANK_COLUMNS, STEP_COLUMNS
+from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS
 from engine.model.sweep_kernel import sweep_chunk
 
 RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
@@ -39,6 +39,7 @@ class Chunk:
     start: int
     count: int
     rank: np.ndarray  # (len(RANK_ROWS), rank slots)
+    gpu: np.ndarray  # (len(GPU_COLUMNS), rank slots * rows_per_step)
     step: np.ndarray  # (len(STEP_COLUMNS), step slots)
     device: np.ndarray  # (len(DEVICE_COLUMNS), count)
     rows_per_rank: int
@@ -52,13 +53,35 @@ class Chunk:
     def step_runs(self) -> tuple[np.ndarray, np.ndarray]:
         return run_slots(self.start, self.count, self.rows_per_step)
 
-    def values(self, name: str) -> np.ndarray:
-        """One output (or dp / n_gpus) for every row of the chunk, as int64."""
+    @cached_property
+    def combination(self) -> np.ndarray:
+        """Each row's device combination (the digits of the device axes, as one number)."""
+        return np.arange(self.start, self.start + self.count, dtype=np.int64) % self.rows_per_step
+
+    @cached_property
+    def gpu_slots(self) -> np.ndarray:
+        """Each row's column of `gpu`: its rank slot's table, at its device combination."""
+        return self.rank_runs[0] * self.rows_per_step + self.combination
+
+    def expand(self, level: str, per_slot: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Values held once per slot of `level` ('rank', 'step', 'gpu' or 'device'), one per row (or per kept
+        row): runs are repeated rather than gathered where every row is kept."""
+        if level == "device":
+            return per_slot if rows is None else per_slot[rows]
+        if level == "gpu":
+            return per_slot[self.gpu_slots if rows is None else self.gpu_slots[rows]]
+        slot_of_row, lengths = self.rank_runs if level == "rank" else self.step_runs
+        return np.repeat(per_slot, lengths) if rows is None else per_slot[slot_of_row[rows]]
+
+    def values(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """One output (or dp / n_gpus) for every row of the chunk (or every kept row), as int64."""
         if name in DEVICE_COLUMNS:
-            return self.device[DEVICE_COLUMNS.index(name)]
+            return self.expand("device", self.device[DEVICE_COLUMNS.index(name)], rows)
+        if name in GPU_COLUMNS:
+            return self.expand("gpu", self.gpu[GPU_COLUMNS.index(name)], rows)
         if name in STEP_COLUMNS:
-            return self.step[STEP_COLUMNS.index(name)][self.step_runs[0]]
-        return self.rank[RANK_ROWS.index(name)][self.rank_runs[0]]
+            return self.expand("step", self.step[STEP_COLUMNS.index(name)], rows)
+        return self.expand("rank", self.rank[RANK_ROWS.index(name)], rows)
 
     def count_rows(self, name: str, value: int) -> int:
         """Rows where a rank- or step-level column equals `value`, counted slot by slot."""
@@ -107,16 +130,19 @@ class SweepKernel:
         after. Buffers start at UNSET, so a slot the kernel never writes shows."""
         self.turn ^= 1
         buffers = self.buffers[self.turn]
-        if buffers is None or buffers[2].shape[1] < count:
-            buffers = (np.full((len(RANK_ROWS), self.slots(count, self.rows_per_rank)), UNSET, dtype=np.int64),
+        if buffers is None or buffers[3].shape[1] < count:
+            rank_slots = self.slots(count, self.rows_per_rank)
+            buffers = (np.full((len(RANK_ROWS), rank_slots), UNSET, dtype=np.int64),
+                       np.full((len(GPU_COLUMNS), rank_slots * self.rows_per_step), UNSET, dtype=np.int64),
                        np.full((len(STEP_COLUMNS), self.slots(count, self.rows_per_step)), UNSET, dtype=np.int64),
                        np.full((len(DEVICE_COLUMNS), count), UNSET, dtype=np.int64))
             self.buffers[self.turn] = buffers
         n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
         n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
-        rank, step, device = buffers[0][:, :n_rank], buffers[1][:, :n_step], buffers[2][:, :count]
+        rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
+        step, device = buffers[2][:, :n_step], buffers[3][:, :count]
         if count:
             sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
                         self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
-                        rank, step, device)
-        return Chunk(self.grid, start, count, rank, step, device, self.rows_per_rank, self.rows_per_step)
+                        rank, gpu, step, device)
+        return Chunk(self.grid, start, count, rank, gpu, step, device, self.rows_per_rank, self.rows_per_step)

@@ -11,11 +11,14 @@ import pyarrow as pa
 
 from engine.dataset.chunks import Chunk
 from engine.inputs.codes import CHOICES, INVALID_REASONS, Invalid, names
-from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, NULL, OUTPUTS
+from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, DEVICE_COLUMNS, NULL, OUTPUTS, STEP_COLUMNS
 
 REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
 # `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
 # component (about half the bytes; breakdown-style queries need full rows).
+# Columns that may hold NULL: what needs a runnable layout (and invalid_reason, NULL on valid rows). The others
+# are declared non-nullable in the Parquet schema, which spares the writer a definition level per value.
+NULLABLE = (set(STEP_COLUMNS) | set(DEVICE_COLUMNS)) - {"valid"}
 COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "usable_bytes", "fits", "bottleneck",
                    "valid", "invalid_reason"]
 
@@ -48,23 +51,22 @@ def digit_width(radix: int):
 
 
 def axis_digits(chunk: Chunk, rows: np.ndarray | None) -> list[np.ndarray]:
-    """Each axis' digit for every kept row: (index // stride) % radix, worked out per rank or step slot where
-    the axis is constant over it, per row only for the device axes."""
-    grid, radices = chunk.grid, chunk.grid.radices
+    """Each axis' digit for every kept row, (index // stride) % radix, worked out once per slot of the level the
+    axis belongs to (per rank slot, per step slot, per device combination) and expanded to the rows."""
+    radices = chunk.grid.radices
     strides = np.r_[np.cumprod(radices[::-1])[::-1][1:], 1]  # rows per step of each axis' digit
+    first_row = {
+        "rank": (chunk.start // chunk.rows_per_rank + np.arange(len(chunk.rank_runs[1]))) * chunk.rows_per_rank,
+        "step": (chunk.start // chunk.rows_per_step + np.arange(len(chunk.step_runs[1]))) * chunk.rows_per_step,
+        "device": np.arange(chunk.rows_per_step),  # one step's rows: every device combination once
+    }
     out = []
-    for k, axis in enumerate(grid.axes):
-        period = chunk.rows_per_rank if axis.level == "rank" else chunk.rows_per_step if axis.level == "step" else 1
-        if period > 1:
-            slot_of_row = (chunk.rank_runs if axis.level == "rank" else chunk.step_runs)[0]
-            slot_start = (chunk.start // period + np.arange(slot_of_row[-1] + 1, dtype=np.int64)) * period
-            per_slot = ((slot_start // strides[k]) % radices[k]).astype(digit_width(radices[k]))
-            digits = per_slot[slot_of_row if rows is None else slot_of_row[rows]]
+    for k, axis in enumerate(chunk.grid.axes):
+        per_slot = ((first_row[axis.level] // strides[k]) % radices[k]).astype(digit_width(radices[k]))
+        if axis.level == "device":
+            out.append(per_slot[chunk.combination if rows is None else chunk.combination[rows]])
         else:
-            index = np.arange(chunk.start, chunk.start + chunk.count, dtype=np.int64)
-            index = index if rows is None else index[rows]
-            digits = ((index // strides[k]) % radices[k]).astype(digit_width(radices[k]))
-        out.append(digits)
+            out.append(chunk.expand(axis.level, per_slot, rows))
     return out
 
 
@@ -72,9 +74,7 @@ def kept_rows(chunk: Chunk, keep: str) -> np.ndarray | None:
     """Row positions a sweep writes: all (None), valid ones, or valid ones that fit."""
     if keep == "all":
         return None
-    mask = chunk.values("valid") == 1
-    if keep == "feasible":
-        mask &= chunk.values("fits") == 1
+    mask = chunk.values("fits") == 1 if keep == "feasible" else chunk.values("valid") == 1
     return np.flatnonzero(mask)
 
 
@@ -91,9 +91,10 @@ def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Ta
             columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits), pa.array(axis.labels))
     names_ = COMPACT_OUTPUTS if compact else OUTPUTS
     wanted = [n for n in ("dp", "n_gpus") if n not in columns] + names_
-    values = {n: chunk.values(n) if rows is None else chunk.values(n)[rows] for n in wanted}
+    values = {n: chunk.values(n, rows) for n in wanted}
     for name in ("dp", "n_gpus"):
         if name in values:
             columns[name] = pa.array(values[name])
     columns.update(output_columns(values, names_))
-    return pa.table(columns)
+    schema = pa.schema([pa.field(n, a.type, nullable=n in NULLABLE) for n, a in columns.items()])
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)

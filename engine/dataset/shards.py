@@ -158,7 +158,7 @@ def plan_shards(spec_path, n_shards: int, feasible_only=None, valid_only=None):
         raise UserError(f"--plan takes a number of shards >= 1, got {n_shards}")
     spec = load_spec(spec_path)
     keep = keep_mode(spec, feasible_only, valid_only)
-    compression = spec.output.get("compression", "zstd")
+    compression = spec.output.get("compression", "lz4")
     grid = build_grid(spec)
     kernel = SweepKernel(grid)
     n_samples = min(n_shards, PLAN_SAMPLES)

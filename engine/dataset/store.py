@@ -86,9 +86,16 @@ def clear_dataset(out_dir: Path) -> None:
 
 
 class PartWriter:
-    """Streams one shard's row groups into a temporary file and publishes it atomically on close."""
+    """Streams one shard's row groups into a temporary file and publishes it atomically on close.
 
-    def __init__(self, out_dir: Path, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str):
+    Encodings, chosen by measurement (benchmarks/bench_sweep.py): the axes are small dictionaries of labels
+    (dictionary pages, direct from their Arrow dictionaries); every other column is PLAIN, since the writer's
+    dictionary hashing costs more per value than the compression of its long runs does; the index is delta
+    encoded; statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
+    """
+
+    def __init__(self, out_dir: Path, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str,
+                 axes: list[str]):
         self.final = out_dir / part_name(shard, n_shards)
         self.tmp = self.final.with_name(self.final.name + ".tmp")
         self.marker = marker_path(out_dir, shard, n_shards)
@@ -97,15 +104,11 @@ class PartWriter:
         if self.final.exists():
             self.final.unlink()
         schema = schema.with_metadata({b"memsim": json.dumps(metadata).encode()})
-        # Dictionary pages for every column but the index (delta-encoded): measured on 20M sweep rows, DuckDB
-        # groups 2x faster than over plain int64 pages, and the files are a third smaller; pyarrow falls back
-        # to plain pages by itself where a column's dictionary outgrows its page.
-        dictionary = [f.name for f in schema if f.name != "index" and not pa.types.is_boolean(f.type)]
         self.rows = 0
         try:
             self.writer = pq.ParquetWriter(
-                self.tmp, schema, compression=compression, use_dictionary=dictionary,
-                column_encoding={"index": "DELTA_BINARY_PACKED"},
+                self.tmp, schema, compression=compression, use_dictionary=axes,
+                column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
             )
         except OSError as err:
             raise UserError(f"cannot write {self.tmp}: {err}") from None

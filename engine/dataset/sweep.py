@@ -83,7 +83,7 @@ def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None,
     spec = load_spec(spec_path)
     feasible_only = spec.output.get("feasible_only", False) if feasible_only is None else feasible_only
     valid_only = spec.output.get("valid_only", False) if valid_only is None else valid_only
-    compression = spec.output.get("compression", "zstd")
+    compression = spec.output.get("compression", "lz4")
     grid = build_grid(spec)
     k, n_shards = shard
     if not 0 <= k < n_shards:
@@ -125,7 +125,8 @@ class ChunkWriter:
     def _write(self, chunk):
         table = chunk_table(chunk, self.keep, self.compact)
         if self.part is None:
-            self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression)
+            axes = [a.name for a in self.kernel.grid.axes]
+            self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression, axes)
         self.part.write(table)
 
     def submit(self, chunk) -> None:

@@ -14,7 +14,7 @@ from functools import cache
 
 from engine.model import levels
 
-LEVELS = {"rank": levels.rank_terms, "step": levels.step_terms, "device": levels.device_terms}
+LEVELS = {"rank": levels.rank_terms, "step": levels.step_terms, "device": levels.gpu_terms}  # device_terms reads no input
 
 
 def _callee(node: ast.Call, namespace: dict):

@@ -10,31 +10,36 @@ import numba
 import numpy as np
 
 from engine.model.levels import evaluate_one
-from engine.model.outputs import DEVICE_COLUMNS, OUTPUTS, RANK_COLUMNS, STEP_COLUMNS
+from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, OUTPUTS, RANK_COLUMNS, STEP_COLUMNS
 
 UNSET = np.iinfo(np.int64).min
 RANK_ROWS = np.array([OUTPUTS.index(n) for n in RANK_COLUMNS], dtype=np.int64)
 STEP_ROWS = np.array([OUTPUTS.index(n) for n in STEP_COLUMNS], dtype=np.int64)
+GPU_ROWS = np.array([OUTPUTS.index(n) for n in GPU_COLUMNS], dtype=np.int64)
 DEVICE_ROWS = np.array([OUTPUTS.index(n) for n in DEVICE_COLUMNS], dtype=np.int64)
 
 
+@numba.njit(cache=True)
+def store(columns, rows, out, i):
+    for k in range(len(columns)):
+        out[rows[k], i] = columns[k]
+
+
 @numba.njit(parallel=True, cache=True)
-def _fill(cfg, out, rank_rows, step_rows, device_rows):
+def _fill(cfg, out, rank_rows, step_rows, gpu_rows, device_rows):
     for i in numba.prange(len(cfg)):
-        r, s, d = evaluate_one(cfg[i])
-        for k in range(len(r.columns)):
-            out[rank_rows[k], i] = r.columns[k]
-        for k in range(len(s.columns)):
-            out[step_rows[k], i] = s.columns[k]
-        for k in range(len(d.columns)):
-            out[device_rows[k], i] = d.columns[k]
+        r, s, g, d = evaluate_one(cfg[i])
+        store(r.columns, rank_rows, out, i)
+        store(s.columns, step_rows, out, i)
+        store(g.columns, gpu_rows, out, i)
+        store(d.columns, device_rows, out, i)
 
 
 def evaluate(cfg: np.ndarray) -> np.ndarray:
     """Every output for every record of `cfg` (engine.inputs.vocabulary.RECORD): int64, (len(OUTPUTS), len(cfg))."""
     out = np.full((len(OUTPUTS), len(cfg)), UNSET, dtype=np.int64)
     if len(cfg):
-        _fill(np.asarray(cfg).view(np.recarray), out, RANK_ROWS, STEP_ROWS, DEVICE_ROWS)
+        _fill(np.asarray(cfg).view(np.recarray), out, RANK_ROWS, STEP_ROWS, GPU_ROWS, DEVICE_ROWS)
     return out
 
 

@@ -1,20 +1,22 @@
 """The memory model in three levels, each a pure function of the configuration and the levels above it.
 
-    rank_terms(c)            what one rank holds and keeps per token: the model, method and layout decide it,
-                             the workload and the GPU change none of it              -> Rank
-    step_terms(c, r)         the phased peak of one training step for a workload   -> Step
-    device_terms(c, r, s)    the peak on one GPU type: overheads, capacity, fits    -> Device
+    rank_terms(c)             what one rank holds and keeps per token: the model, method and layout decide it,
+                              the workload and the GPU change none of it                -> Rank
+    step_terms(c, r)          the phased peak of one training step for a workload      -> Step
+    gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity      -> Gpu
+    device_terms(r, s, g)     the step's peak on that GPU: device peak, fits           -> Device
 
 Each output column of CONFIG.md is one field of one `*Columns` tuple, computed in exactly one place here; the
-scalar reference `evaluate_one(c)` chains the three, and the kernels call the same functions at the loop level
-of the axes each depends on (engine/model/dependencies.py reads which inputs each level uses). Codes: peak_phase
+scalar reference `evaluate_one(c)` chains them, and the kernels call the same functions at the loop level of
+the axes each depends on (engine/model/dependencies.py reads which inputs each level uses): device_terms reads
+no input at all, so per configuration only a few additions and comparisons remain. Codes: peak_phase
 and bottleneck are engine.inputs.codes members, valid and fits 0/1, NULL (-1) a value that needs a runnable
 layout (or model dims) the configuration does not have.
 """
 
 from typing import NamedTuple
 
-from engine.inputs.codes import Invalid
+from engine.inputs.codes import Component, Invalid
 from engine.model.activations import (
     head_bytes_per_token,
     replicated_bytes_per_token,
@@ -111,6 +113,21 @@ class StepColumns(NamedTuple):
 class Step(NamedTuple):
     columns: StepColumns
     runs: bool  # a runnable layout with model dims: the peak is defined
+    largest: int  # the largest component of the tensors at the peak (a Component code) ...
+    largest_bytes: int  # ... and its bytes (device_terms weighs it against the overhead)
+
+
+@formula
+def largest_component(r, sc):
+    """The largest of weights, grads, optimizer states, activations and temporaries with the allocator's slack
+    at the peak, as (Component code, bytes); the first one wins a tie."""
+    sizes = (r.columns.weight_bytes, sc.peak_grad_bytes, r.columns.optimizer_bytes, sc.activation_bytes,
+             sc.temp_bytes + sc.allocator_slack_bytes)
+    best = 0
+    for i in range(1, 5):
+        if sizes[i] > sizes[best]:
+            best = i
+    return best, sizes[best]
 
 
 @formula
@@ -120,29 +137,34 @@ def step_terms(c, r):
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
-        return Step(StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), False)
+        return Step(StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), False, NULL, NULL)
     p = peak(c, r)
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes)
     grads = r.columns.grad_bytes if p.grads_live else 0
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     columns = StepColumns(valid, reason, p.activation_bytes, p.temp_bytes, p.allocated_bytes, slack,
                           p.allocated_bytes + slack, p.phase, grads, optimizer)
-    return Step(columns, True)
+    largest, largest_bytes = largest_component(r, columns)
+    return Step(columns, True, largest, largest_bytes)
 
 
-class DeviceColumns(NamedTuple):
-    """Output columns on one GPU type."""
+class GpuColumns(NamedTuple):
+    """Output columns of one GPU type for a layout: what it offers and what lives on it beside the tensors."""
 
     overhead_bytes: int  # CUDA context, cuBLAS workspace, NCCL buffers
-    device_peak_bytes: int  # reserved + overhead: what nvidia-smi shows at the peak
     capacity_bytes: int
     usable_bytes: int  # capacity * (1 - headroom): what the job may use
-    fits: int
-    bottleneck: int  # a Component code
 
 
-class Device(NamedTuple):
-    columns: DeviceColumns
+class Gpu(NamedTuple):
+    columns: GpuColumns
+    host_fits: bool  # offloaded states fit the host RAM of this GPU's share of a node
+
+
+@formula
+def gpu_from_table(table, host_fits, g):
+    """The Gpu held in column g of a table of GpuColumns rows (the sweep kernel's per-rank table)."""
+    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_fits[g])
 
 
 @formula
@@ -159,30 +181,34 @@ def host_fits(c, r):
 
 
 @formula
-def bottleneck(r, s, overhead):
-    """The largest component at the peak (a Component code): weights, grads, optimizer, activations,
-    temporaries with the allocator's slack, or the overhead beside the tensors."""
-    rc, sc = r.columns, s.columns
-    sizes = (rc.weight_bytes, sc.peak_grad_bytes, rc.optimizer_bytes, sc.activation_bytes,
-             sc.temp_bytes + sc.allocator_slack_bytes, overhead)
-    best = 0
-    for i in range(1, 6):
-        if sizes[i] > sizes[best]:
-            best = i
-    return best
+def gpu_terms(c, r):
+    """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
+    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_fits(c, r))
+
+
+class DeviceColumns(NamedTuple):
+    """Output columns of one configuration on one GPU: the step's peak beside that GPU's overheads."""
+
+    device_peak_bytes: int  # reserved + overhead: what nvidia-smi shows at the peak
+    fits: int
+    bottleneck: int  # a Component code: the largest of the tensors' components, or the overhead
+
+
+class Device(NamedTuple):
+    columns: DeviceColumns
 
 
 @formula
-def device_terms(c, r, s):
-    """The step's peak on this GPU: beside-the-tensors overhead, capacity, and whether it fits."""
-    overhead = overhead_bytes(c)
-    usable = usable_bytes(c)
+def device_terms(r, s, g):
+    """The step's peak on this GPU: device peak, whether it fits, and what dominates."""
     if not s.runs:
         fits = 0 if s.columns.valid == 0 else NULL  # no dims: unknown
-        return Device(DeviceColumns(overhead, NULL, c.capacity_bytes, usable, fits, NULL))
+        return Device(DeviceColumns(NULL, fits, NULL))
+    overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead
-    fits = int(device <= usable and host_fits(c, r))
-    return Device(DeviceColumns(overhead, device, c.capacity_bytes, usable, fits, bottleneck(r, s, overhead)))
+    fits = int(device <= g.columns.usable_bytes and g.host_fits)
+    bottleneck = Component.OVERHEAD.value if overhead > s.largest_bytes else s.largest
+    return Device(DeviceColumns(device, fits, bottleneck))
 
 
 @formula
@@ -190,4 +216,5 @@ def evaluate_one(c):
     """The scalar reference: every level of one configuration."""
     r = rank_terms(c)
     s = step_terms(c, r)
-    return r, s, device_terms(c, r, s)
+    g = gpu_terms(c, r)
+    return r, s, g, device_terms(r, s, g)

@@ -1,15 +1,16 @@
 """OUTPUTS: every output column of CONFIG.md, in its order, and the level that computes it (levels.py).
 
-Each column is one field of RankColumns, StepColumns or DeviceColumns; nothing here computes a value.
+Each column is one field of RankColumns, StepColumns, GpuColumns or DeviceColumns; nothing here computes a value.
 """
 
-from engine.model.levels import NULL, DeviceColumns, RankColumns, StepColumns  # noqa: F401
+from engine.model.levels import NULL, DeviceColumns, GpuColumns, RankColumns, StepColumns  # noqa: F401
 
 RANK_COLUMNS = RankColumns._fields
 STEP_COLUMNS = StepColumns._fields
+GPU_COLUMNS = GpuColumns._fields
 DEVICE_COLUMNS = DeviceColumns._fields
-LEVEL_OF = {name: "rank" for name in RANK_COLUMNS} | {name: "step" for name in STEP_COLUMNS} | {
-    name: "device" for name in DEVICE_COLUMNS}
+LEVEL_OF = ({name: "rank" for name in RANK_COLUMNS} | {name: "step" for name in STEP_COLUMNS}
+            | {name: "gpu" for name in GPU_COLUMNS} | {name: "device" for name in DEVICE_COLUMNS})
 
 OUTPUTS = [
     "weight_bytes",

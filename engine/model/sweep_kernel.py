@@ -1,23 +1,26 @@
 """The sweep kernel: decode configurations from their index, evaluate each level where it changes, store.
 
-No memory arithmetic here. The axes are ordered rank, step, device (engine/inputs/grid.py), so in index order
-a rank-level value holds for `rows_per_rank` consecutive rows and a step-level value for `rows_per_step`: the
-kernel evaluates levels.rank_terms when a rank axis moves, levels.step_terms when a step axis moves, and
-levels.device_terms for every row, and stores each level once per slot of consecutive rows it holds for:
+No memory arithmetic here. The axes are ordered rank, step, device (engine/inputs/grid.py), so in index order a
+rank-level value holds for `rows_per_rank` consecutive rows, a step-level value for `rows_per_step`, and the
+device axes cycle through their `rows_per_step` combinations `g` within every step. The kernel evaluates
+levels.rank_terms when a rank axis moves (and levels.gpu_terms for every device combination of that rank, into
+a small table), levels.step_terms when a step axis moves, and levels.device_terms (a few additions and
+comparisons) for every row. Each level is stored once per slot of consecutive rows it holds for:
 
-    rank_out[:, slot]    RankColumns, then dp and n_gpus      slot = index // rows_per_rank - first
-    step_out[:, slot]    StepColumns                          slot = index // rows_per_step - first
-    device_out[:, row]   DeviceColumns                        row  = index - start
+    rank_out[:, slot]                      RankColumns, then dp and n_gpus    slot = index // rows_per_rank - first
+    gpu_out[:, slot * rows_per_step + g]   GpuColumns                         g = index % rows_per_step
+    step_out[:, slot]                      StepColumns                        slot = index // rows_per_step - first
+    device_out[:, row]                     DeviceColumns                      row = index - start
 
-Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns
-one scratch record, written through its int64 view `words` and read as a record by the formulas. A slot is
-written by the one row that opens it (or by the chunk's first row), so no two blocks write the same place.
+Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns one
+scratch record, written through its int64 view `words` and read as a record by the formulas. A slot is written
+by the one row that opens it (or by the chunk's first row), so no two blocks write the same place.
 """
 
 import numba
 import numpy as np
 
-from engine.model.levels import device_terms, rank_terms, step_terms
+from engine.model.levels import device_terms, gpu_from_table, gpu_terms, rank_terms, step_terms
 from engine.model.split import degrees
 
 
@@ -40,11 +43,17 @@ def set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp
 
 
 @numba.njit(cache=True)
-def store_rank(rec, r, out, slot):
-    for q in range(len(r.columns)):
-        out[q, slot] = r.columns[q]
-    out[len(r.columns), slot] = rec.dp
-    out[len(r.columns) + 1, slot] = rec.n_gpus
+def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits):
+    """levels.gpu_terms of every device combination g, for the record's rank r."""
+    for g in range(table.shape[1]):
+        rest = g
+        for k in range(radices.shape[0] - 1, n_outer - 1, -1):
+            set_axis(words, k, rest % radices[k], axis_words, axis_fields, axis_width)
+            rest //= radices[k]
+        terms = gpu_terms(rec, r)
+        for q in range(len(terms.columns)):
+            table[q, g] = terms.columns[q]
+        host_fits[g] = terms.host_fits
 
 
 @numba.njit(cache=True)
@@ -55,16 +64,18 @@ def store_columns(columns, out, slot):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_step_axes, dp_mode,
-                scratch, scratch_words, rank_out, step_out, device_out):
-    """Evaluate configurations start .. start+count-1 into rank_out, step_out and device_out (see above)."""
+                scratch, scratch_words, rank_out, gpu_out, step_out, device_out):
+    """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out and device_out (above)."""
     n_axes = radices.shape[0]
+    n_outer = n_rank_axes + n_step_axes
     rows_per_step = 1
-    for k in range(n_rank_axes + n_step_axes, n_axes):
+    for k in range(n_outer, n_axes):
         rows_per_step *= radices[k]
     rows_per_rank = rows_per_step
-    for k in range(n_rank_axes, n_rank_axes + n_step_axes):
+    for k in range(n_rank_axes, n_outer):
         rows_per_rank *= radices[k]
     first_rank, first_step = start // rows_per_rank, start // rows_per_step
+    n_gpu_columns = gpu_out.shape[0]
     n_blocks = scratch.shape[0]
     per_block = (count + n_blocks - 1) // n_blocks
     for b in numba.prange(n_blocks):
@@ -73,22 +84,40 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         if lo >= hi:
             continue
         words, rec = scratch_words[b], scratch[b]
+        table = np.empty((n_gpu_columns, rows_per_step), dtype=np.int64)
+        host_fits = np.empty(rows_per_step, dtype=np.bool_)
         digits = np.empty(n_axes, dtype=np.int64)
         rest = start + lo
         for k in range(n_axes - 1, -1, -1):
             digits[k] = rest % radices[k]
             rest //= radices[k]
+        g = (start + lo) % rows_per_step
+        rank_slot = (start + lo) // rows_per_rank - first_rank
+        step_slot = (start + lo) // rows_per_step - first_step
         set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
         r = rank_terms(rec)
         s = step_terms(rec, r)
+        fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits)
+        opens_rank = lo == 0 or (start + lo) % rows_per_rank == 0
+        opens_step = lo == 0 or g == 0
         for i in range(lo, hi):
-            index = start + i
-            if i == 0 or index % rows_per_rank == 0:
-                store_rank(rec, r, rank_out, index // rows_per_rank - first_rank)
-            if i == 0 or index % rows_per_step == 0:
-                store_columns(s.columns, step_out, index // rows_per_step - first_step)
-            store_columns(device_terms(rec, r, s).columns, device_out, i)
-            k = n_axes - 1  # advance the odometer
+            if opens_rank:
+                store_columns(r.columns, rank_out, rank_slot)
+                rank_out[len(r.columns), rank_slot] = rec.dp
+                rank_out[len(r.columns) + 1, rank_slot] = rec.n_gpus
+                gpu_out[:, rank_slot * rows_per_step: (rank_slot + 1) * rows_per_step] = table
+                opens_rank = False
+            if opens_step:
+                store_columns(s.columns, step_out, step_slot)
+                opens_step = False
+            store_columns(device_terms(r, s, gpu_from_table(table, host_fits, g)).columns, device_out, i)
+            g += 1
+            if g < rows_per_step:
+                continue
+            g = 0  # the step ends: advance the odometer over the rank and step axes
+            step_slot += 1
+            opens_step = True
+            k = n_outer - 1
             while k >= 0:
                 digits[k] += 1
                 if digits[k] < radices[k]:
@@ -100,9 +129,10 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if k < n_rank_axes:  # a rank axis moved: rebuild the record, every level again
                 set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
                 r = rank_terms(rec)
-                s = step_terms(rec, r)
-                continue
-            for j in range(k, n_axes):
-                set_axis(words, j, digits[j], axis_words, axis_fields, axis_width)
-            if k < n_rank_axes + n_step_axes:
-                s = step_terms(rec, r)
+                fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits)
+                rank_slot += 1
+                opens_rank = True
+            else:
+                for j in range(k, n_outer):
+                    set_axis(words, j, digits[j], axis_words, axis_fields, axis_width)
+            s = step_terms(rec, r)
