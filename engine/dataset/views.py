@@ -11,23 +11,9 @@ import duckdb
 
 from engine.dataset.store import MANIFEST
 from engine.errors import UserError
-from engine.inputs.codes import IntEnum, name_of
 from engine.inputs.resolve import MODEL_FIELD_NAMES
-from engine.inputs.vocabulary import INPUT_FIELDS
+from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUT_FIELDS, sql_literal
 from engine.model import catalog
-
-
-def sql_literal(field) -> str:
-    kind, value = field.kind, field.default
-    if isinstance(kind, type) and issubclass(kind, IntEnum):
-        return f"'{name_of(kind(value))}'"
-    if kind == "bool":
-        return "TRUE" if value else "FALSE"
-    if kind == "float":
-        return f"{float(value)}::DOUBLE"
-    if kind == "str":
-        return f"'{value}'"
-    return f"{int(value)}::BIGINT"
 
 
 def check_dataset(sweep_dir: Path) -> list[Path]:
@@ -63,8 +49,8 @@ def connect(sweep_dir: str | Path | None = None, con: duckdb.DuckDBPyConnection 
         check_dataset(sweep_dir)
         pattern = str(sweep_dir / "part-*.parquet").replace("'", "''")
         present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{pattern}')").fetchall()}
-        extra = [f"{sql_literal(f)} AS {f.name}" for f in INPUT_FIELDS
-                 if f.name not in present and f.name not in MODEL_FIELD_NAMES and f.name not in ("n_params", "dropout")]
+        skip = present | set(MODEL_FIELD_NAMES) | set(GPU_ATTRIBUTES) | {"n_params", "dropout"}  # model, GPU: catalogs
+        extra = [f"{sql_literal(f.name)} AS {f.name}" for f in INPUT_FIELDS if f.name not in skip]
         select = ", ".join(["*"] + extra)
         con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM read_parquet('{pattern}')")
     return con

@@ -2,10 +2,21 @@
 
 numba compiles IntEnum members as constants, so the formulas compare `c.precision == Precision.AMP_BF16`
 at no cost. The Parquet writer turns the codes back into the CONFIG.md strings (`NAMES[Enum]`).
-The order of members is part of nothing public: only the strings are.
+The order of members is part of nothing public: only the strings are. Optimizers and frameworks are data
+(data/optimizers.toml, data/frameworks.toml): their codes are the order of their tables there.
 """
 
+import tomllib
 from enum import IntEnum
+
+from engine import DATA_DIR
+
+
+def enum_of_tables(name: str, file: str) -> type[IntEnum]:
+    """An IntEnum whose members are the tables of a data file, in file order (`adamw_8bit` -> ADAMW_8BIT)."""
+    with open(DATA_DIR / file, "rb") as f:
+        keys = list(tomllib.load(f))
+    return IntEnum(name, [(key.upper(), code) for code, key in enumerate(keys)])
 
 
 class Precision(IntEnum):
@@ -17,22 +28,8 @@ class Precision(IntEnum):
     FP8 = 5
 
 
-class Optimizer(IntEnum):
-    ADAMW = 0
-    ADAM = 1
-    SGD = 2
-    SGD_MOMENTUM = 3
-    ADAFACTOR = 4
-    ADAMW_8BIT = 5
-    LION = 6
-    NONE = 7
-
-
-class Framework(IntEnum):
-    PYTORCH = 0
-    FSDP = 1
-    DEEPSPEED = 2
-    MEGATRON = 3
+Optimizer = enum_of_tables("Optimizer", "optimizers.toml")
+Framework = enum_of_tables("Framework", "frameworks.toml")
 
 
 class Ckpt(IntEnum):

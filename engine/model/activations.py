@@ -36,6 +36,7 @@ from engine.inputs.codes import (
     Precision,
 )
 from engine.model.common import ceil_div, formula
+from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_FUSED_KERNELS
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes
@@ -43,15 +44,16 @@ from engine.model.states import compute_bytes
 
 @formula
 def fused_kernels(c):
-    """Megatron and DeepSpeed run fused norm / activation / softmax kernels; PyTorch and FSDP run HF modules."""
-    return c.framework == Framework.MEGATRON or c.framework == Framework.DEEPSPEED
+    """Megatron and DeepSpeed run fused norm / activation / softmax kernels; PyTorch and FSDP run HF modules
+    (data/frameworks.toml fused_kernels)."""
+    return FRAMEWORK_FUSED_KERNELS[c.framework]
 
 
 @formula
 def autocast(c):
     """torch.autocast (framework pytorch, amp): fp32 weights and residual stream, 16-bit matmuls."""
     p = c.precision
-    return c.framework == Framework.PYTORCH and (p == Precision.AMP_BF16 or p == Precision.AMP_FP16)
+    return FRAMEWORK_AUTOCAST_CACHE[c.framework] and (p == Precision.AMP_BF16 or p == Precision.AMP_FP16)
 
 
 @formula

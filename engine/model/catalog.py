@@ -9,7 +9,6 @@ may also be a path to a Hugging Face config.json (engine.inputs.hf_config).
 import difflib
 import functools
 import hashlib
-import re
 import tomllib
 from pathlib import Path
 
@@ -18,137 +17,14 @@ import polars as pl
 
 from engine import DATA_DIR
 from engine.errors import UserError
-from engine.inputs import vocabulary as config
+from engine.inputs.model_fields import MODEL_FIELDS
+from engine.inputs.vocabulary import empty_records, parse, spell
 from engine.inputs.hf_config import model_from_hf_config
 from engine.inputs.hub import model_from_hub_cache
+from engine.model.catalog_schema import GPU_SCHEMA, MODEL_SCHEMA, check_gpu, check_model
 
 MODELS_PATH = DATA_DIR / "models.toml"
 GPUS_PATH = DATA_DIR / "gpus.toml"
-
-_STR, _INT, _BOOL, _FLOAT, _LIST = "str", "int", "bool", "float", "list[str]"
-# The model's categorical fields (ffn_type, norm_type, linear_bias) are spelled as their member names, lowercase.
-# Not codes.name_of: its _SPELLING dict is keyed by IntEnum members, which hash by value, so every member
-# equal to 0 (FFN.GELU, Norm.LAYERNORM, Bias.NONE) comes back as "1f1b".
-_CODES = {
-    f.name: {m.name.lower(): m for m in f.kind} for f in config.MODEL_FIELDS if not isinstance(f.kind, str)
-}
-_ENUM_NAMES = {name: set(spellings) for name, spellings in _CODES.items()}
-
-# field -> kind; a set of strings is an enumerated str field.
-MODEL_SCHEMA = {f.name: _ENUM_NAMES.get(f.name, f.kind) for f in config.MODEL_FIELDS} | {
-    "source": _STR,
-    "family": _STR,
-    "arch": {"decoder", "encoder", "encoder-decoder"},
-    "dropout": _FLOAT,
-    "exact_count": _BOOL,
-    "count_note": _STR,
-    "note": _STR,
-    "aliases": _LIST,
-    "tags": _LIST,
-}
-GPU_SCHEMA = {
-    "name": _STR,
-    "vendor": {"nvidia", "amd", "intel"},
-    "arch": {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3", "cdna4", "gaudi3"},
-    "hbm_bytes": _INT,
-    "memory_note": _STR,
-    "bandwidth_bytes_per_s": _INT,
-    "bf16_tflops": _FLOAT,
-    "fp16_tflops": _FLOAT,
-    "fp8_tflops": _FLOAT,
-    "matmul_tflops_achievable": _FLOAT,
-    "fp8_matmul_tflops_achievable": _FLOAT,
-    "matmul_source": _STR,
-    "intra_node_bytes_per_s": _INT,
-    "inter_node_bytes_per_s": _INT,
-    "link_source": _STR,
-    "usd_per_hour": _FLOAT,
-    "price_source": _STR,
-    "price_date": _STR,
-    "gpus_per_node": _INT,
-    "host_ram_bytes_per_node": _INT,
-    "node": _STR,
-    "source": _STR,
-    "note": _STR,
-    "aliases": _LIST,
-    "tags": _LIST,
-}
-MODEL_REQUIRED = ("source",)
-GPU_REQUIRED = ("name", "vendor", "arch", "hbm_bytes", "source")
-
-
-# ---------------------------------------------------------------------------------------------------- checks
-
-
-def _kind_ok(value, kind) -> bool:
-    if isinstance(kind, set):
-        return isinstance(value, str) and value in kind
-    if kind == _INT:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    if kind == _FLOAT:
-        return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-    if kind == _LIST:
-        return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
-    return isinstance(value, {_STR: str, _BOOL: bool}[kind])
-
-
-def _kind_text(kind) -> str:
-    if isinstance(kind, set):
-        return "one of " + ", ".join(sorted(kind))
-    return {_INT: "a non-negative integer", _FLOAT: "a non-negative number"}.get(kind, kind)
-
-
-def _check_entry(where: str, entry: dict, schema: dict, required: tuple):
-    """Raise UserError for the first unknown field, missing required field or wrong type."""
-    for field, value in entry.items():
-        if field not in schema:
-            near = difflib.get_close_matches(field, schema, n=3)
-            hint = f" — did you mean: {', '.join(near)}?" if near else f" (known: {', '.join(schema)})"
-            raise UserError(f"{where}: unknown field '{field}'{hint}")
-        if not _kind_ok(value, schema[field]):
-            raise UserError(f"{where}: '{field}' must be {_kind_text(schema[field])}, got {value!r}")
-    for field in required:
-        if field not in entry:
-            raise UserError(f"{where}: missing required field '{field}'")
-
-
-def _check_model(where: str, entry: dict):
-    _check_entry(where, entry, MODEL_SCHEMA, MODEL_REQUIRED)
-    dims = all(entry.get(f, 0) > 0 for f in ("n_layers", "d_model", "n_heads", "vocab"))
-    if not dims and entry.get("n_params", 0) == 0:
-        raise UserError(f"{where}: give the dims (n_layers, d_model, n_heads, vocab) or n_params")
-    if entry.get("exact_count") is False and not (entry.get("n_params") and entry.get("count_note")):
-        raise UserError(f"{where}: exact_count = false needs n_params and a count_note saying why")
-    if dims and entry["n_heads"] % (entry.get("n_kv_heads") or entry["n_heads"]):
-        raise UserError(f"{where}: n_heads {entry['n_heads']} is not a multiple of n_kv_heads")
-
-
-def _check_gpu(where: str, entry: dict):
-    _check_entry(where, entry, GPU_SCHEMA, GPU_REQUIRED)
-    if entry["hbm_bytes"] == 0:
-        raise UserError(f"{where}: hbm_bytes must be positive")
-    _needs(where, entry, "usd_per_hour", ("price_source", "price_date", "gpus_per_node"), "a dated source and the node it prices")
-    _needs(where, entry, "fp8_tflops", ("bf16_tflops",), "the dense bf16 peak beside it")
-    for field in ("matmul_tflops_achievable", "fp8_matmul_tflops_achievable"):
-        _needs(where, entry, field, ("matmul_source",), "the measurement it comes from")
-    for field in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
-        _needs(where, entry, field, ("link_source",), "the spec it comes from")
-    if "price_date" in entry and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", entry["price_date"]):
-        raise UserError(f"{where}: price_date must be YYYY-MM-DD, got {entry['price_date']!r}")
-    for measured, peak in (("matmul_tflops_achievable", "bf16_tflops"), ("fp8_matmul_tflops_achievable", "fp8_tflops"),
-                           ("bf16_tflops", "fp8_tflops")):
-        if measured in entry and peak in entry and entry[measured] > entry[peak]:
-            raise UserError(f"{where}: {measured} {entry[measured]} exceeds {peak} {entry[peak]}")
-    for field in ("usd_per_hour", "gpus_per_node", "intra_node_bytes_per_s", "inter_node_bytes_per_s"):
-        if entry.get(field) == 0:
-            raise UserError(f"{where}: {field} must be positive (leave it out where unknown)")
-
-
-def _needs(where: str, entry: dict, field: str, companions: tuple, what: str):
-    """A field that is only meaningful beside others (a price beside its dated source) names the missing one."""
-    for other in companions if field in entry else ():
-        if other not in entry:
-            raise UserError(f"{where}: {field} needs {other} ({what})")
 
 
 def parse_catalog(path: Path, kind: str) -> dict[str, dict]:
@@ -166,7 +42,7 @@ def parse_catalog(path: Path, kind: str) -> dict[str, dict]:
     dict[str, dict]
         Key -> entry as written, in file order.
     """
-    check = {"model": _check_model, "gpu": _check_gpu}[kind]
+    check = {"model": check_model, "gpu": check_gpu}[kind]
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
@@ -340,11 +216,7 @@ def model_fields(entry: dict) -> dict:
     >>> model_fields(load_models()["gpt2"])["norms_per_layer"]
     2
     """
-    out = {}
-    for f in config.MODEL_FIELDS:
-        default = f.default.name.lower() if f.name in _CODES else f.default
-        out[f.name] = entry.get(f.name, default)
-    return out
+    return {f.name: entry.get(f.name, spell(f.name, f.default)) for f in MODEL_FIELDS}
 
 
 def model_record(entry: dict) -> np.record:
@@ -356,16 +228,16 @@ def model_record(entry: dict) -> np.record:
     >>> int(param_count(model_record(load_models()["llama-2-7b"])))
     6738415616
     """
-    rec = config.empty_records(1)[0]
+    rec = empty_records(1)[0]
     for name, value in model_fields(entry).items():
-        rec[name] = _CODES[name][value] if name in _CODES else value
+        rec[name] = parse(name, value)
     if "dropout" in entry:
         rec["dropout"] = entry["dropout"]
     return rec
 
 
 def _table(key_column: str, entries: dict, schema: dict) -> pl.DataFrame:
-    dtypes = {_STR: pl.String, _INT: pl.Int64, _BOOL: pl.Boolean, _FLOAT: pl.Float64, _LIST: pl.List(pl.String)}
+    dtypes = {"str": pl.String, "int": pl.Int64, "bool": pl.Boolean, "float": pl.Float64, "list[str]": pl.List(pl.String)}
     columns = {key_column: pl.String} | {f: dtypes[k] if isinstance(k, str) else pl.String for f, k in schema.items()}
     rows = [{key_column: key} | {f: e.get(f) for f in schema} for key, e in entries.items()]
     return pl.DataFrame(rows, schema=columns)

@@ -14,9 +14,10 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from typing import NamedTuple
 
-from engine.inputs.codes import Ckpt, Framework, Phase
+from engine.inputs.codes import Ckpt, Phase
 from engine.model.activations import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.model.common import formula
+from engine.model.conventions import FRAMEWORK_GRADS_KEPT
 from engine.model.params import n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.temporaries import backward_workspace_bytes, loss_backward_bytes, loss_forward_bytes
@@ -34,8 +35,7 @@ class Peak(NamedTuple):
 
 @formula
 def grads_live_in_forward(c):
-    keeps = c.framework == Framework.MEGATRON or c.framework == Framework.DEEPSPEED
-    return c.grad_accum > 1 or c.pp > 1 or keeps
+    return c.grad_accum > 1 or c.pp > 1 or FRAMEWORK_GRADS_KEPT[c.framework]
 
 
 @formula

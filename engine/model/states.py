@@ -17,7 +17,17 @@ Offload (ZeRO-Offload, arXiv:2101.06840 sec. 4) moves optimizer states and fp32 
 (no gradients, no states) and stored as `base_quant` says (QLoRA, arXiv:2305.14314 sec. 3).
 """
 
-from engine.inputs.codes import FFN, Framework, Offload, Optimizer, Precision, Quant
+from engine.inputs.codes import FFN, Offload, Precision, Quant
+from engine.model.conventions import (
+    FRAMEWORK_AMP_GRAD_BYTES,
+    FRAMEWORK_AMP_MASTER_BYTES,
+    FRAMEWORK_AMP_WEIGHT_BYTES,
+    OPTIMIZER_BLOCK,
+    OPTIMIZER_FACTORED,
+    OPTIMIZER_STATE_BITS,
+    OPTIMIZER_STATES,
+    OPTIMIZER_TRAINS,
+)
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, head_dim, kv_heads
 from engine.model.split import (
@@ -44,26 +54,20 @@ def compute_bytes(c):
 
 
 @formula
-def half_weights(c):
-    """True when the framework keeps the trainable weights themselves in 16 bits."""
-    if c.precision == Precision.BF16 or c.precision == Precision.FP16:
-        return True
-    return is_amp(c) and (c.framework == Framework.DEEPSPEED or c.framework == Framework.MEGATRON)
-
-
-@formula
 def weight_bytes_per_param(c):
-    return 4 if c.precision == Precision.FP32 or not half_weights(c) else 2
+    """Trainable weight element size: fp32, 16-bit in pure bf16/fp16, under amp_* as the framework keeps them
+    (fp32 parameters under torch.autocast and FSDP, 16-bit beside an fp32 master in DeepSpeed and Megatron)."""
+    if is_amp(c):
+        return FRAMEWORK_AMP_WEIGHT_BYTES[c.framework]
+    return 4 if c.precision == Precision.FP32 else 2
 
 
 @formula
 def grad_bytes_per_param(c):
     """Gradient element size: Megatron accumulates fp32 main grads, DeepSpeed fp16/bf16 grads."""
-    if c.precision == Precision.FP32:
-        return 4
     if is_amp(c):
-        return 2 if c.framework == Framework.DEEPSPEED else 4
-    return 2
+        return FRAMEWORK_AMP_GRAD_BYTES[c.framework]
+    return 4 if c.precision == Precision.FP32 else 2
 
 
 @formula
@@ -73,11 +77,15 @@ def state_bytes(c):
 
 
 @formula
+def trains(c):
+    """The optimizer steps (optimizer = none: forward and backward only)."""
+    return OPTIMIZER_TRAINS[c.optimizer]
+
+
+@formula
 def master_bytes_per_param(c):
     """fp32 master copy kept by the optimizer when the weights are half precision (K includes it)."""
-    if c.optimizer == Optimizer.NONE:
-        return 0
-    return 4 if is_amp(c) and half_weights(c) else 0
+    return FRAMEWORK_AMP_MASTER_BYTES[c.framework] if is_amp(c) and trains(c) else 0
 
 
 @formula
@@ -87,14 +95,12 @@ def moment_bytes_per_param(c):
     Adam/AdamW m and v; SGD with momentum and Lion (arXiv:2302.06675 Alg. 1) one buffer; 8-bit Adam
     (bitsandbytes, arXiv:2110.02861 sec. 2) 1 byte per moment + one fp32 absmax per 256-block:
     2 * (1 + 4/256) = 2.03125 bytes, counted block by block in eight_bit_bytes.
-    Adafactor's factored moment is counted separately (adafactor_state_elements).
+    Adafactor's factored moment is counted separately (adafactor_state_elements). Per optimizer: the number
+    of parameter-sized states in data/optimizers.toml.
     """
-    o = c.optimizer
-    if o == Optimizer.ADAM or o == Optimizer.ADAMW:
-        return 2 * state_bytes(c)
-    if o == Optimizer.SGD_MOMENTUM or o == Optimizer.LION:
-        return state_bytes(c)
-    return 0
+    if OPTIMIZER_STATE_BITS[c.optimizer] != 0:
+        return 0  # quantized states: eight_bit_bytes
+    return OPTIMIZER_STATES[c.optimizer] * state_bytes(c)
 
 
 @formula
@@ -130,7 +136,7 @@ def sharded(c, n, min_stage, expert):
 @formula
 def frozen(c):
     """The base model does not train: LoRA adapters train instead, or there is no optimizer at all."""
-    return c.lora_rank > 0 or c.optimizer == Optimizer.NONE
+    return c.lora_rank > 0 or not trains(c)
 
 
 @formula
@@ -198,7 +204,7 @@ def device_weight_bytes(c):
 @formula
 def device_grad_bytes(c):
     """Gradients resident on the GPU: sharded from ZeRO-2; on the host when the optimizer is offloaded."""
-    if offloads_optimizer(c) or c.optimizer == Optimizer.NONE:
+    if offloads_optimizer(c) or not trains(c):
         return 0
     b = grad_bytes_per_param(c)
     if c.lora_rank > 0:
@@ -217,17 +223,18 @@ def optimizer_bytes_unplaced(c):
         n_dense, n_expert = nonexpert_params_per_gpu(c), expert_params_per_gpu(c)
     dense = per_param * n_dense + eight_bit_bytes(c, n_dense)
     expert = per_param * n_expert + eight_bit_bytes(c, n_expert)
-    if c.optimizer == Optimizer.ADAFACTOR:
+    if OPTIMIZER_FACTORED[c.optimizer]:
         dense += state_bytes(c) * (adafactor_state_elements(c) if c.lora_rank == 0 else n_dense)
     return sharded(c, dense, 1, False) + sharded(c, expert, 1, True)
 
 
 @formula
 def eight_bit_bytes(c, n):
-    """8-bit Adam: two 1-byte moments + an fp32 absmax per 256 values each (bitsandbytes blockwise)."""
-    if c.optimizer != Optimizer.ADAMW_8BIT:
+    """8-bit states: one byte per value + an fp32 absmax per block, per state (bitsandbytes blockwise: AdamW8bit
+    keeps two, 2 * (1 + 4/256) = 2.03125 bytes per parameter)."""
+    if OPTIMIZER_STATE_BITS[c.optimizer] != 8:
         return 0
-    return 2 * (n + 4 * ceil_div(n, 256))
+    return OPTIMIZER_STATES[c.optimizer] * (n + 4 * ceil_div(n, OPTIMIZER_BLOCK[c.optimizer]))
 
 
 @formula

@@ -8,11 +8,22 @@
     backward workspace  one layer's gradient buffers; full recomputation's rebuilt layer
 """
 
-from engine.inputs.codes import Attn, Framework, Optimizer, Precision, Quant
+from engine.inputs.codes import Attn, Precision, Quant
+from engine.model.conventions import (
+    FRAMEWORK_AUTOCAST_CACHE,
+    FRAMEWORK_DDP_BUCKET_COPY,
+    FRAMEWORK_REDUCE_BUCKET,
+    FRAMEWORK_STEP_GRAD_FP32,
+    FRAMEWORK_TORCH_OPTIMIZER,
+    STEP_LARGEST,
+    STEP_LARGEST_FP32,
+    STEP_STATE_SIZED,
+)
 from engine.model.activations import fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, largest_layer_params
 from engine.model.states import (
+    trains,
     compute_bytes,
     grad_bytes_per_param,
     is_amp,
@@ -80,7 +91,7 @@ def zero3_gather_bytes(c, block_params):
 @formula
 def zero3_grad_bytes(c, block_params, trainable_params):
     """ZeRO-3 / FSDP backward: one block's unsharded gradients before their reduce-scatter."""
-    if c.zero_stage < 3 or c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
+    if c.zero_stage < 3 or c.dp * c.cp == 1 or not trains(c):
         return 0
     return grad_bytes_per_param(c) * min(block_params, trainable_params)
 
@@ -88,14 +99,16 @@ def zero3_grad_bytes(c, block_params, trainable_params):
 @formula
 def ddp_bucket_bytes(c, trainable_params):
     """PyTorch DDP buckets: a flat copy of every gradient (torch/nn/parallel/distributed.py, bucket views
-    are off by default). DeepSpeed ZeRO-1/2: the reduce bucket, 5e8 elements by default (reduce_bucket_size)."""
-    if c.dp * c.cp == 1 or c.optimizer == Optimizer.NONE:
+    are off by default). DeepSpeed ZeRO-1/2: the reduce bucket, 5e8 elements by default (reduce_bucket_size).
+    Which framework has which: data/frameworks.toml."""
+    if c.dp * c.cp == 1 or not trains(c):
         return 0
     grads = grad_bytes_per_param(c) * trainable_params
-    if c.framework == Framework.PYTORCH and c.zero_stage == 0:
+    if FRAMEWORK_DDP_BUCKET_COPY[c.framework] and c.zero_stage == 0:
         return grads
-    if c.framework == Framework.DEEPSPEED and (c.zero_stage == 1 or c.zero_stage == 2):
-        return min(grads, grad_bytes_per_param(c) * 500_000_000)
+    bucket = FRAMEWORK_REDUCE_BUCKET[c.framework]
+    if bucket > 0 and (c.zero_stage == 1 or c.zero_stage == 2):
+        return min(grads, grad_bytes_per_param(c) * bucket)
     return 0
 
 
@@ -103,7 +116,7 @@ def ddp_bucket_bytes(c, trainable_params):
 def autocast_cache_bytes(c, params):
     """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
     2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
-    if c.framework != Framework.PYTORCH or not is_amp(c) or c.precision == Precision.FP8:
+    if not FRAMEWORK_AUTOCAST_CACHE[c.framework] or not is_amp(c) or c.precision == Precision.FP8:
         return 0
     if c.zero_stage == 3 and c.dp * c.cp > 1:
         return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
@@ -124,28 +137,21 @@ def dequant_bytes(c):
 
 @formula
 def optimizer_step_bytes(c, trainable_params):
-    """Buffers the optimizer step allocates.
+    """Buffers the optimizer step allocates, as data/optimizers.toml gives them by optimizer_impl.
 
     torch AdamW (foreach, the CUDA default; torch/optim/adamw.py _multi_tensor_adamw): torch._foreach_sqrt
-    of exp_avg_sq, one state-sized buffer. Megatron and DeepSpeed use fused Adam (no such buffer);
-    DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py). Adafactor
-    (transformers/optimization.py) and Lion work per tensor: update buffers of the largest tensor.
+    of exp_avg_sq, one state-sized buffer. Adafactor (transformers/optimization.py) and Lion work per tensor:
+    update buffers of the largest tensor. Megatron and DeepSpeed step with fused Adam (no such buffer);
+    DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py): data/frameworks.toml.
     """
-    n, o = trainable_params, c.optimizer
-    if o == Optimizer.NONE:
+    n, o, impl = trainable_params, c.optimizer, c.optimizer_impl
+    if not trains(c):
         return 0
-    if c.framework == Framework.DEEPSPEED:
-        return sharded(c, 4 * n, 1, False) if is_amp(c) else 0
-    if c.framework == Framework.MEGATRON:
-        return 0
+    if not FRAMEWORK_TORCH_OPTIMIZER[c.framework]:
+        return sharded(c, FRAMEWORK_STEP_GRAD_FP32[c.framework] * n, 1, False) if is_amp(c) else 0
     largest = min(n, ceil_div(largest_layer_params(c), c.tp))
-    if o == Optimizer.ADAM or o == Optimizer.ADAMW:
-        return sharded(c, state_bytes(c) * n, 1, False)
-    if o == Optimizer.ADAFACTOR:
-        return 3 * 4 * largest  # grad.float(), grad**2 + eps, the approximated update
-    if o == Optimizer.LION:
-        return 2 * state_bytes(c) * largest
-    return 0
+    state_sized = sharded(c, STEP_STATE_SIZED[o, impl] * state_bytes(c) * n, 1, False)
+    return state_sized + (STEP_LARGEST[o, impl] * state_bytes(c) + STEP_LARGEST_FP32[o, impl] * 4) * largest
 
 
 @formula

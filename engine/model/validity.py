@@ -5,9 +5,10 @@ the sequence rules on the sequence length too (levels.step_terms). A row that br
 reason, never dropped (CONFIG.md, Outputs: valid, invalid_reason).
 """
 
-from engine.inputs.codes import Invalid, Offload, Optimizer, PPSchedule, Quant
+from engine.inputs.codes import Invalid, Offload, PPSchedule, Quant
 from engine.model.common import formula
 from engine.model.params import has_dims, kv_heads
+from engine.model.states import trains
 
 
 @formula
@@ -17,7 +18,7 @@ def layout_reason(c):
         return Invalid.GPUS_LAYOUT
     if c.vpp > 1 and (c.pp_schedule != PPSchedule.INTERLEAVED or c.pp == 1):
         return Invalid.VPP_SCHEDULE
-    if c.lora_rank == 0 and c.base_quant != Quant.NONE and c.optimizer != Optimizer.NONE:
+    if c.lora_rank == 0 and c.base_quant != Quant.NONE and trains(c):
         return Invalid.QUANT_FULL_TRAINING
     if (c.offload != Offload.NONE and c.zero_stage == 0) or (
         c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3
