@@ -137,7 +137,6 @@ KNOB_TAGS = {  # field -> case-id suffix
     "checkpointing": {"full": "ckpt", "selective_op": "sac"},
     "checkpoint_every": lambda v: f"every{v}",
     "loss_impl": {"chunked": "chunked", "fused_linear": "flce"},
-    "loss_chunks": lambda v: f"n{v}",
     "optimizer_impl": {"fused": "fused", "forloop": "forloop"},
     "optimizer_in_backward": {True: "inbwd"},
     "activation_offload": {True: "offload"},
@@ -147,15 +146,15 @@ KNOB_TAGS = {  # field -> case-id suffix
 
 
 def case_id(model: str, seq: int, mb: int, precision: str, optimizer: str, attention: str, fields: dict) -> str:
-    """A readable unique id, e.g. ``llama-3.2-1b-like_bf16_adamw_flash_s2048_b1_chunked_n8``."""
+    """A readable unique id, e.g. ``llama-3.2-1b-like_bf16_adamw_flash_s2048_b1_chunked8_fused``."""
     parts = [model, precision, optimizer, attention, f"s{seq}", f"b{mb}"]
     for k, tag in KNOB_TAGS.items():
         v = fields.get(k)
-        if v is None or (k == "loss_chunks" and fields.get("loss_impl") != "chunked"):
-            continue
-        parts.append(tag(v) if callable(tag) else tag.get(v, ""))
-    if fields.get("loss_impl") == "chunked" and "loss_chunks" not in fields:
-        parts.append(f"n{RECIPE_DEFAULTS['loss_chunks']}")
+        if v is not None:
+            parts.append(tag(v) if callable(tag) else tag.get(v, ""))
+    if fields.get("loss_impl") == "chunked":
+        i = parts.index("chunked")
+        parts[i] = f"chunked{fields.get('loss_chunks', RECIPE_DEFAULTS['loss_chunks'])}"
     return "_".join(p for p in parts if p)
 
 
