@@ -240,3 +240,17 @@ def test_committed_row_reproduces_exactly(knob):
     for k in [*MEASURED_COLUMNS, HOST_COLUMN]:
         if k.startswith("measured_"):
             assert ("" if got[k] is None else str(got[k])) == row[k], k
+
+
+@pytest.mark.slow
+def test_compiled_loss_saves_half_precision_logits_not_fp32_log_probs():
+    # Inductor's partition of lm_head + transformers' loss keeps the bf16 logits (2V per token) and two fp32
+    # scalars per token (max, log-sum-exp); eager keeps the fp32 log-softmax (4V per token).
+    from engine.checks.measure.recipe_compile import head_loss_saved, per_token
+
+    case = {**TINY_LLAMA, "precision": "bf16", "attention": "flash"}
+    rows, tokens = head_loss_saved(case, 32)
+    wide = [(dtype, n) for _, shape, dtype, n in rows if shape and shape[-1] == 256]
+    assert wide == [("bfloat16", tokens * 256 * 2)]
+    slope, fixed = per_token(head_loss_saved, case, 32)
+    assert slope == 2 * 256 + 2 * 64 + 4 + 4 + 8 and fixed < 64  # logits, input h, max, lse, shifted labels
