@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import UserError
-from engine.inputs import hf_config
+from engine.inputs import hf_mappers
 from engine.inputs.hf_config import model_from_hf_config
 from engine.model.catalog import load_models, model_record
 from engine.model.params import moe_layers_between, n_moe_layers, param_count
@@ -140,7 +140,7 @@ def test_multimodal_count_equals_transformers_text_model(case, tmp_path):
 
 @pytest.mark.parametrize(
     "defaults, config_class",
-    [(hf_config.GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig"), (hf_config.LLAMA4_TEXT_DEFAULTS, "Llama4TextConfig")],
+    [(hf_mappers.GEMMA3_TEXT_DEFAULTS, "Gemma3TextConfig"), (hf_mappers.LLAMA4_TEXT_DEFAULTS, "Llama4TextConfig")],
 )
 def test_reader_defaults_are_the_config_class_defaults(defaults, config_class):
     hf_defaults = getattr(transformers, config_class)().to_dict()

@@ -1,4 +1,4 @@
-"""engine/peers.py: the three peer tools reproduce what they print, and hand-worked cases.
+"""engine/checks/peers/: the three peer tools reproduce what they print, and hand-worked cases.
 
 DeepSpeed: every `ds-` row of data/golden/published.csv, to the printed rounding. Megatron: a tiny case worked
 by hand, and GPT-3 175B (Korthikanti et al. 2022, Table 3 configuration) where SP + selective recompute gives
@@ -182,5 +182,7 @@ def test_llm_analysis_zero3_shards_weights_over_dp():
 
 
 def test_doc_table_builds():
-    text = peers.table(with_memsim=False)
-    assert text.count("\n") == 2 + 4 * len(peers.DOC_CASES) - 1
+    from engine.checks.peers.table import DOC_CASES, table
+
+    text = table(with_memsim=False)
+    assert text.count("\n") == 2 + 4 * len(DOC_CASES) - 1

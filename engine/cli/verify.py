@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> None:
-    from engine.dataset.shards import render_verification, verify_dataset
+    from engine.dataset.verify import render_verification, verify_dataset
 
     v = verify_dataset(args.dir)
     print(render_verification(v))

@@ -14,9 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import UserError
-from engine.inputs.resolve import MODEL_FIELD_NAMES, gpu_attributes, model_fields, normalize_model
+from engine.inputs.resolve import (
+    MODEL_FIELD_NAMES,
+    gpu_attributes,
+    model_fields,
+    normalize_model,
+)
 from engine.inputs.spec import Spec
-from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUTS, RECORD, empty_records, parse, spell
+from engine.inputs.vocabulary import (
+    GPU_ATTRIBUTES,
+    INPUTS,
+    RECORD,
+    empty_records,
+    parse,
+    spell,
+)
 from engine.model import catalog
 from engine.model.dependencies import level_of_fields
 from engine.model.split import degrees

@@ -13,7 +13,14 @@ import numpy as np
 from engine import DATA_DIR
 from engine.errors import UserError
 from engine.inputs.model_fields import MODEL_FIELDS
-from engine.inputs.vocabulary import INPUTS, RECORD, check_columns, empty_records, is_empty, parse
+from engine.inputs.vocabulary import (
+    INPUTS,
+    RECORD,
+    check_columns,
+    empty_records,
+    is_empty,
+    parse,
+)
 from engine.model import catalog
 from engine.model.params import param_count
 from engine.model.split import degrees

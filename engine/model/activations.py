@@ -29,7 +29,6 @@ from engine.inputs.codes import (
     ActFn,
     Attn,
     Ckpt,
-    Framework,
     LoraTargets,
     Norm,
     PPSchedule,

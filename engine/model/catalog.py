@@ -17,10 +17,10 @@ import polars as pl
 
 from engine import DATA_DIR
 from engine.errors import UserError
-from engine.inputs.model_fields import MODEL_FIELDS
-from engine.inputs.vocabulary import empty_records, parse, spell
 from engine.inputs.hf_config import model_from_hf_config
 from engine.inputs.hub import model_from_hub_cache
+from engine.inputs.model_fields import MODEL_FIELDS
+from engine.inputs.vocabulary import empty_records, parse, spell
 from engine.model.catalog_schema import GPU_SCHEMA, MODEL_SCHEMA, check_gpu, check_model
 
 MODELS_PATH = DATA_DIR / "models.toml"

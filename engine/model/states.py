@@ -18,6 +18,7 @@ Offload (ZeRO-Offload, arXiv:2101.06840 sec. 4) moves optimizer states and fp32 
 """
 
 from engine.inputs.codes import FFN, Offload, Precision, Quant
+from engine.model.common import ceil_div, formula
 from engine.model.conventions import (
     FRAMEWORK_AMP_GRAD_BYTES,
     FRAMEWORK_AMP_MASTER_BYTES,
@@ -28,7 +29,6 @@ from engine.model.conventions import (
     OPTIMIZER_STATES,
     OPTIMIZER_TRAINS,
 )
-from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, head_dim, kv_heads
 from engine.model.split import (
     expert_params_per_gpu,

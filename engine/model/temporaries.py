@@ -9,6 +9,8 @@
 """
 
 from engine.inputs.codes import Attn, Precision, Quant
+from engine.model.activations import fused_kernels, local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
 from engine.model.conventions import (
     FRAMEWORK_AUTOCAST_CACHE,
     FRAMEWORK_DDP_BUCKET_COPY,
@@ -19,16 +21,14 @@ from engine.model.conventions import (
     STEP_LARGEST_FP32,
     STEP_STATE_SIZED,
 )
-from engine.model.activations import fused_kernels, local_tokens, stream_bytes
-from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, largest_layer_params
 from engine.model.states import (
-    trains,
     compute_bytes,
     grad_bytes_per_param,
     is_amp,
     sharded,
     state_bytes,
+    trains,
 )
 
 

@@ -1,0 +1,206 @@
+"""`memsim verify`: check a (sharded) sweep dataset against its manifest and say which shards to re-run.
+
+Every shard present, complete, readable, carrying the same spec digest, its `index` column exactly its range (a
+strictly increasing subset of it when only valid or feasible rows were kept). Verification reads Parquet footers
+and streams the `index` column batch by batch: memory stays flat.
+"""
+
+import json
+import re
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, read_json
+from engine.dataset.store import MANIFEST, marker_path, part_name, spec_digest
+from engine.dataset.sweep import shard_range
+from engine.errors import UserError
+from engine.inputs.grid import build_grid
+from engine.inputs.spec import parse_spec
+
+VERIFY_THREADS = 8  # part files checked at once
+
+
+@dataclass
+class ShardCheck:
+    shard: int
+    lo: int
+    hi: int
+    rows: int = 0
+    keep: str | None = None
+    problems: list = field(default_factory=list)
+
+
+@dataclass
+class Verification:
+    root: str
+    manifest: dict
+    shards: list  # ShardCheck per shard 0..N-1
+    stray: list  # problems not tied to one shard of this layout
+    notes: list
+    keep: str | None
+
+    @property
+    def rerun(self) -> list[int]:
+        return [s.shard for s in self.shards if s.problems]
+
+    @property
+    def ok(self) -> bool:
+        return not self.rerun and not self.stray
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+
+def list_dataset(fs, base):
+    """Part files, markers and temporaries of a dataset, by kind, as {name: FileInfo}."""
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    top = {i.base_name: i for i in infos if i.type == pafs.FileType.File and i.path.rstrip("/").rsplit("/", 1)[0] == base}
+    markers = {i.base_name: i for i in infos if i.type == pafs.FileType.File and i.path.startswith(f"{base}/_shards/")}
+    return top, markers
+
+
+def check_index(pf: pq.ParquetFile, lo: int, hi: int, keep: str) -> tuple[int, list[str]]:
+    """Stream the index column: strictly increasing inside [lo, hi), and all of it when every row is kept."""
+    count, first, last = 0, None, lo - 1
+    for batch in pf.iter_batches(batch_size=1 << 20, columns=["index"]):
+        idx = batch.column(0).to_numpy(zero_copy_only=False)
+        if idx.size == 0:
+            continue
+        if idx[0] <= last or (idx.size > 1 and not np.all(idx[1:] > idx[:-1])):
+            return count, ["index column is not strictly increasing (a row appears twice or out of order)"]
+        first = int(idx[0]) if first is None else first
+        last, count = int(idx[-1]), count + idx.size
+    problems = []
+    if count and (first < lo or last >= hi):
+        problems.append(f"index values {first:,}..{last:,} fall outside the shard's range [{lo:,}, {hi:,})")
+    if keep == "all" and count != hi - lo:
+        problems.append(f"{count:,} rows where its range [{lo:,}, {hi:,}) has {hi - lo:,} configurations")
+    return count, problems
+
+
+def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) -> None:
+    """One complete-looking shard: marker, footer metadata and index column agree with the manifest."""
+    lo, hi, say = check.lo, check.hi, check.problems.append
+    try:
+        marker = read_json(fs, marker_file)
+    except (OSError, ValueError) as err:
+        marker = err
+    if not isinstance(marker, dict):
+        return say(f"its completion marker is unreadable ({marker})")
+    if marker.get("range") != [lo, hi]:
+        say(f"its marker records range {marker.get('range')}, the manifest gives [{lo}, {hi})")
+    if marker.get("spec_digest") != digest:
+        say(f"its marker has spec digest {marker.get('spec_digest')}, the dataset {digest} (a shard of another spec)")
+    try:
+        with fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            meta = json.loads((pf.schema_arrow.metadata or {}).get(b"memsim", b"{}"))
+            if meta.get("spec_digest") != digest:
+                say(f"the part file has spec digest {meta.get('spec_digest')}, the dataset {digest} (a shard of another spec)")
+            if meta.get("shard") != check.shard or meta.get("range") != [lo, hi]:
+                say(f"the part file says shard {meta.get('shard')} range {meta.get('range')}, expected [{lo}, {hi})")
+            check.keep = meta.get("keep") or ("all" if pf.metadata.num_rows == hi - lo else "valid")
+            if pf.metadata.num_rows != marker.get("rows"):
+                say(f"the part file has {pf.metadata.num_rows:,} rows, its marker says {marker.get('rows')}")
+            check.rows, problems = check_index(pf, lo, hi, check.keep)
+            check.problems.extend(problems)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        say(f"the part file is unreadable (truncated or corrupt): {str(err).splitlines()[0][:160]}")
+
+
+def verify_dataset(uri: str | Path) -> Verification:
+    """Check a dataset against its manifest; see the module docstring for what is checked."""
+    fs, base = filesystem(uri)
+    try:
+        manifest = read_json(fs, f"{base}/{MANIFEST}")
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read {uri}/{MANIFEST}: {err}") from None
+    if manifest is None:
+        raise UserError(f"{uri} is not a memsim sweep dataset (no {MANIFEST}); run `memsim sweep SPEC -o {uri}` first")
+    total, n, digest = int(manifest["total"]), int(manifest["n_shards"]), manifest["spec_digest"]
+    shards = [ShardCheck(k, *shard_range(total, k, n)) for k in range(n)]
+    top, markers = list_dataset(fs, base)
+    stray, notes, halves = [], [], {}
+    for name in top:
+        m = PART.match(name.removesuffix(".tmp"))
+        if m and int(m[2]) == n and int(m[1]) < n:
+            if name.endswith(".tmp"):
+                halves[int(m[1])] = name
+        elif m or name.endswith(".tmp") or re.search(r"\.tmp-\d+$", name):
+            stray.append(f"{name}: not a file of this {n}-shard dataset (a leftover of another layout or a killed "
+                         "write); delete it")
+    for name in markers:
+        m = MARKER.match(name)
+        if not (m and int(m[2]) == n and int(m[1]) < n):
+            stray.append(f"_shards/{name}: not a marker of this {n}-shard dataset; delete it")
+    complete = []
+    for check in shards:
+        name, mname = part_name(check.shard, n), marker_path(Path(""), check.shard, n).name
+        if check.shard in halves:
+            check.problems.append(f"{halves[check.shard]} is half-written (the shard was killed mid-write, or is still running)")
+        if name not in top and mname not in markers:
+            check.problems.append("missing: no part file, no completion marker")
+        elif name not in top:
+            check.problems.append(f"its marker exists but {name} does not")
+        elif mname not in markers:
+            check.problems.append(f"{name} has no completion marker (the shard stopped before recording it)")
+        else:
+            complete.append((f"{base}/{name}", f"{base}/_shards/{mname}", check))
+    with ThreadPoolExecutor(max_workers=VERIFY_THREADS) as pool:  # Arrow decodes without the GIL; S3 has latency
+        list(pool.map(lambda job: check_part(fs, *job, digest), complete))
+    keeps = {c.keep for c in shards if c.keep}
+    if len(keeps) > 1:
+        stray.append(f"shards keep different rows ({', '.join(sorted(keeps))}): re-run the odd ones with the same flags")
+    notes += spec_notes(fs, base, digest)
+    return Verification(str(uri), manifest, shards, stray, notes, keeps.pop() if len(keeps) == 1 else None)
+
+
+def spec_notes(fs, base: str, digest: str) -> list[str]:
+    """Whether the dataset's own spec still gives its digest here (catalogs or memsim may have changed since)."""
+    path = f"{base}/_spec.toml"
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return ["no _spec.toml: re-run shards with the spec the dataset was swept from"]
+    try:
+        with fs.open_input_stream(path) as f:
+            text = f.read().decode()
+        here = spec_digest(build_grid(parse_spec(tomllib.loads(text), text)))
+    except (UserError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        return [f"the dataset's _spec.toml does not build here ({err}); re-run shards with the memsim that wrote it"]
+    if here != digest:
+        return [f"this memsim and catalogs give spec digest {here}, the dataset was written with {digest}: "
+                "re-run shards with the memsim version and catalogs that wrote it"]
+    return []
+
+
+def render_verification(v: Verification) -> str:
+    """OK with the totals, or each problem and the exact commands that complete the dataset."""
+    m, n = v.manifest, len(v.shards)
+    lines = []
+    if v.ok:
+        lines.append(f"OK: {v.root}: {n} of {n} shards complete, {v.rows:,} rows "
+                     f"({v.keep or 'all'} rows of {m['total']:,} configurations), spec digest {m['spec_digest']}")
+    else:
+        bad = v.rerun
+        lines.append(f"INCOMPLETE: {v.root}: {n - len(bad)} of {n} shards complete, spec digest {m['spec_digest']}")
+        for check in v.shards:
+            for problem in check.problems:
+                lines.append(f"  shard {check.shard}/{n} [{check.lo:,}, {check.hi:,}): {problem}")
+        lines += [f"  {s}" for s in v.stray]
+        if bad:
+            local = "://" not in v.root
+            spec = str(Path(v.root) / "_spec.toml") if local else "SPEC"
+            flags = KEEP_FLAGS[v.keep or "all"]
+            lines.append("re-run:")
+            lines += [f"memsim sweep {spec} --shard {k}/{n} -o {v.root}{flags}" for k in bad]
+            if not local:
+                lines.append(f"(SPEC: the spec this dataset was swept from; a copy is at {v.root}/_spec.toml)")
+    lines += [f"note: {note}" for note in v.notes]
+    return "\n".join(lines)
