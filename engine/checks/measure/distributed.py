@@ -25,6 +25,10 @@ What the fake tensors need beside that, each confined to the run:
   memory on a GPU as well.
 * ``_c10d_functional.wait_tensor`` returns its input on a real device; its fake kernel returns a fresh tensor.
   The log treats the output as the input's storage (``RankLiveBytes.alias``), so no collective is counted twice.
+* DTensor derives an op's global output shape by running the op on global-shape fake tensors
+  (``ShardingPropagator._propagate_tensor_meta_non_cached``, called directly by the loss-parallel handlers),
+  in the active fake mode if there is one. On a GPU there is none and those "shadow" tensors live in a
+  throw-away fake mode; ``shadow_shapes`` gives them one here too, so they are not logged as this rank's.
 * Tags: framework functions that allocate communication buffers are wrapped to label what they allocate
   (``tagging``): FSDP2's all-gather, copy-out (unsharded parameters) and reduce-scatter per parameter group,
   DDP's buckets, the pipeline's receive buffers; functional collectives are labelled by their op.
@@ -222,6 +226,24 @@ def host_meshes():
 
 
 @contextmanager
+def shadow_shapes():
+    """DTensor's shape propagation runs in a fake mode of its own, as it does on a GPU (see module docstring)."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def non_cached(self, op_schema):
+        with unset_fake_temporarily():
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = non_cached
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original
+
+
+@contextmanager
 def patched(obj, name: str, wrapper):
     """``obj.name`` replaced by ``wrapper(original)`` for the duration."""
     original = getattr(obj, name)
@@ -283,3 +305,53 @@ BUFFER_KINDS = ("fsdp_unsharded", "fsdp_all_gather", "fsdp_reduce_scatter", "ddp
 def kind(tag: str | None) -> str | None:
     """The kind of a tag (``fsdp_unsharded@model.layers.3`` -> ``fsdp_unsharded``)."""
     return tag.split("@")[0] if tag else None
+
+
+@contextmanager
+def offload_copies(lb: RankLiveBytes):
+    """FSDP2's CPUOffloadPolicy copies between host and device, on a build whose one device is the host.
+
+    With the parameters offloaded, FSDP2 copies each shard to the device before the all-gather
+    (``FSDPParam.all_gather_inputs``: ``sharded_param_data.to(self.device)``) and each reduced gradient shard to
+    the host (``foreach_reduce``: ``new_sharded_grad.to(torch.device("cpu"))``). Here both devices are the CPU,
+    so ``Tensor.to`` returns the tensor itself and neither copy exists; inside those two functions a copy to a
+    device is made a ``clone`` (a device copy in the first, a host copy, marked host, in the second), as CUDA
+    allocates them.
+    """
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives, _fsdp_param, _fsdp_param_group
+
+    to = torch.Tensor.to
+    where: list[str] = []
+
+    def copying_to(t, *args, **kwargs):
+        if where and args and isinstance(args[0], torch.device) and len(args) == 1 and "dtype" not in kwargs:
+            out = t.clone()
+            if where[-1] == "host":
+                lb.record_of(out).host = True
+            return out
+        return to(t, *args, **kwargs)
+
+    def inside(side):
+        def wrap(fn):
+            def inner(*args, **kwargs):
+                where.append(side)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    where.pop()
+
+            return inner
+
+        return wrap
+
+    inputs = _fsdp_param.FSDPParam.all_gather_inputs
+    _fsdp_param.FSDPParam.all_gather_inputs = property(inside("device")(inputs.fget))
+    torch.Tensor.to = copying_to
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(patched(_fsdp_collectives, "foreach_reduce", inside("host")))
+            stack.enter_context(patched(_fsdp_param_group, "foreach_reduce", inside("host")))
+            yield
+    finally:
+        torch.Tensor.to = to
+        _fsdp_param.FSDPParam.all_gather_inputs = inputs

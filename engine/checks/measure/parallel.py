@@ -40,8 +40,9 @@ HARNESS = {
     "ddp_grad_as_bucket_view": False,  # DDP's default
     "fsdp_param_dtype": "",  # MixedPrecisionPolicy.param_dtype ("" = the parameters' own dtype)
     "fsdp_reduce_dtype": "",  # MixedPrecisionPolicy.reduce_dtype ("" = param_dtype)
-    "fsdp_wrap": "blocks",  # fully_shard on each decoder block, then on the root
+    "fsdp_wrap": "blocks",  # blocks: fully_shard on each decoder block, then the root; hf: transformers' plan
 }
+FSDP_WRAPS = ("blocks", "hf")
 TP_PLANS = ("dtensor", "hf")
 DTYPES = ("", "float32", "bfloat16", "float16")
 # Recipe knobs the multi-GPU paths run only at their defaults (the single-GPU harness measures the others).
@@ -82,6 +83,8 @@ def check(c: dict) -> None:
         raise UserError(f"rank={h['rank']} is outside the world of {world_size(c)} GPUs")
     if h["tp_plan"] not in TP_PLANS:
         raise UserError(f"tp_plan={h['tp_plan']!r} is unknown; accepted: {', '.join(TP_PLANS)}")
+    if h["fsdp_wrap"] not in FSDP_WRAPS:
+        raise UserError(f"fsdp_wrap={h['fsdp_wrap']!r} is unknown; accepted: {', '.join(FSDP_WRAPS)}")
     for k in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
         if h[k] not in DTYPES:
             raise UserError(f"{k}={h[k]!r} is unknown; accepted: {', '.join(repr(x) for x in DTYPES)}")
@@ -152,7 +155,13 @@ def _check_layout(c: dict, h: dict) -> None:
                             "zero_stage=3, tp=cp=1 (DistributedConfig(fsdp_size=dp, ep_size=ep))")
         if d % ep or c["n_experts"] % ep:
             raise UserError(f"ep={ep} must divide dp={d} and n_experts={c['n_experts']}")
+        if h["fsdp_wrap"] != "hf" or (h["fsdp_param_dtype"], h["fsdp_reduce_dtype"]) not in (("", ""),
+                                                                                             ("bfloat16", "float32")):
+            raise UserError("expert parallelism runs transformers' FSDP plan (fsdp_wrap='hf'), whose mixed precision "
+                            "is bf16 parameters with fp32 reduction or none")
         return
+    if h["fsdp_wrap"] != "blocks":
+        raise UserError("fsdp_wrap='hf' (transformers' FSDP plan) is measured with expert parallelism only")
     if cp > 1:
         if not fsdp or t > 1:
             raise UserError("context parallelism is measured with FSDP2 over dp*cp (framework='fsdp', tp=1)")

@@ -76,7 +76,7 @@ def check(c: dict) -> None:
     if sched == "1f1b" and m < pp:
         raise UserError(f"Schedule1F1B needs grad_accum (micro-batches per step) >= pp: {m} < {pp}")
     if sched == "interleaved" and m % max(1, m // pp):
-        raise UserError(f"interleaved 1F1B needs grad_accum to be a multiple of its rounds (grad_accum // pp)")
+        raise UserError("interleaved 1F1B needs grad_accum to be a multiple of its rounds (grad_accum // pp)")
     first, last = c["pp_first_layers"], c["pp_last_layers"]
     if first < 0 or last < 0 or first + last > c["n_layers"]:
         raise UserError(f"pp_first_layers={first} and pp_last_layers={last} do not fit n_layers={c['n_layers']}")

@@ -34,6 +34,8 @@ from engine.checks.measure.distributed import (
     BUFFER_KINDS,
     kind,
     local,
+    offload_copies,
+    shadow_shapes,
     storage_resizes,
     tagging,
 )
@@ -61,16 +63,15 @@ ANATOMY = {
     "measured_pp_buffer_bytes": ("pp_recv",),
 }
 EXTRA_COLUMNS = [*ANATOMY, "measured_fsdp_unsharded_groups", "measured_logit_bytes", "measured_expert_bytes",
-                 "measured_rank_params", "measured_anatomy"]
+                 "measured_rank_params", "measured_host_bytes", "measured_anatomy"]
 
 
 class Run:
     """What ``run_rank`` leaves for ``summarize``: the log, the roles, and the model's parameter counts."""
 
-    def __init__(self, lb, roles, n_params, rank_params, host_optimizer) -> None:
+    def __init__(self, lb, roles, n_params, rank_params) -> None:
         self.lb, self.roles = lb, roles
         self.n_params, self.rank_params = n_params, rank_params
-        self.host_optimizer = host_optimizer
 
 
 def _autocast(c: dict):
@@ -199,8 +200,10 @@ def run_rank(c: dict) -> Run:
     dtype = HALF_DTYPE.get(c["precision"], torch.float32)
     with ExitStack() as stack:
         stack.enter_context(fake_world(world_size(c), c["rank"]))
-        for ctx in (host_meshes(), storage_resizes(lb), tagging(lb), moe_semantics(c)):
+        for ctx in (host_meshes(), shadow_shapes(), storage_resizes(lb), tagging(lb), moe_semantics(c)):
             stack.enter_context(ctx)
+        if c["offload"] != "none":
+            stack.enter_context(offload_copies(lb))
         with torch.device("meta"):
             model = build_model(c, dtype)
         n_params = sum(p.numel() for p in model.parameters())
@@ -227,15 +230,29 @@ def run_rank(c: dict) -> Run:
         opt = make_optimizer(c["optimizer"], [p for p in params if p.requires_grad])
         stack.enter_context(ModuleLabels(labelled, blocks, lb))
         _train_step(call, opt, c, lb, cp_mesh, autocast, schedule, stages)
+        counters = set()
         for t in host_state_tensors(opt):
             rec = lb.record_of(local(t))
             if rec is not None:
                 rec.host = True
+                counters.add(id(rec))
         lb.step = MEASURED_STEP
         _train_step(call, opt, c, lb, cp_mesh, autocast, schedule, stages)
-        roles = _roles(lb, params, labelled, opt)
+        roles = _roles(lb, params, labelled, opt) | {"step_counters": counters}
         rank_params = sum(local(p).numel() for p in params)
-    return Run(lb, roles, n_params, rank_params, host_optimizer=c["offload"] != "none")
+        if c["offload"] != "none":
+            _on_host(lb, roles, params)
+    return Run(lb, roles, n_params, rank_params)
+
+
+def _on_host(lb, roles: dict[str, set[int]], params) -> None:
+    """With FSDP2's CPUOffloadPolicy the sharded parameters, their gradients and the optimizer states live on the
+    host, and the optimizer step runs there: none of it is device memory."""
+    host = {id(r) for r in map(lb.record_of, (local(p) for p in params)) if r is not None}
+    host |= roles["grads"] | roles["optimizer"]
+    for r in lb.records:
+        if id(r) in host or r.phase == "optimizer":
+            r.host = True
 
 
 def _roles(lb, params, module, opt) -> dict[str, set[int]]:
@@ -299,10 +316,10 @@ def summarize(run: Run, c: dict) -> dict:
         "measured_trainable_params": run.n_params,
         "measured_reserved_peak_bytes": None,
     }
-    return out | anatomy(run, c, at_peak)
+    return out | anatomy(run, c, at_peak, tick)
 
 
-def anatomy(run: Run, c: dict, at_peak) -> dict:
+def anatomy(run: Run, c: dict, at_peak, tick: int) -> dict:
     """Bytes alive at the peak by what allocated them (tags), logits-shaped tensors, expert activations."""
     lb = run.lb
     out = {k: sum(r.nbytes for r in at_peak if kind(lb.tags.get(id(r))) in kinds) for k, kinds in ANATOMY.items()}
@@ -311,6 +328,9 @@ def anatomy(run: Run, c: dict, at_peak) -> dict:
     out["measured_logit_bytes"] = sum(r.nbytes for r in at_peak if _vocab_sized(r, c["vocab"], c["tp"]))
     out["measured_expert_bytes"] = sum(r.nbytes for r in at_peak if "experts" in r.module)
     out["measured_rank_params"] = run.rank_params
+    out["measured_host_bytes"] = sum(r.nbytes for r in lb.records  # offloaded states (host memory) at the peak
+                                     if r.host and r.born <= tick and (r.died is None or r.died > tick)
+                                     and id(r) not in run.roles["step_counters"])
     out["measured_anatomy"] = describe(run, at_peak)
     return out
 

@@ -1,0 +1,186 @@
+"""Multi-GPU and MoE measurement: one rank of a fake-process-group world, checked by hand and against its set."""
+
+import csv
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from engine.checks.measure import measure_case  # noqa: E402
+from engine.checks.measure.case import resolve  # noqa: E402
+from engine.checks.measure.moe import splits  # noqa: E402
+from engine.checks.measure.parallel_pipeline import stage_layers  # noqa: E402
+from engine.checks.measure.parallel_run import run_rank, summarize  # noqa: E402
+from engine.checks.measure.reference_set import MEASURED_COLUMNS  # noqa: E402
+from engine.errors import UserError  # noqa: E402
+
+PARALLEL = Path(__file__).resolve().parent.parent / "data" / "measured" / "parallel.csv"
+# h=64, 4 heads, f=128, V=256, untied: per block 4*64*64 + 3*64*128 + 2*64 = 41,088; 2 blocks + 2*256*64 + 64
+TINY = dict(model="tiny-llama", n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab=256,
+            ffn_type="swiglu", tied_embeddings=False, seq_len=32, micro_batch=2, precision="fp32",
+            optimizer="adamw", attention="sdpa_math")
+TINY_PARAMS = 2 * 41_088 + 2 * 256 * 64 + 64  # 115,008
+ROTARY_BYTES = 2 * 8 * 4  # inv_freq and original_inv_freq: head_dim / 2 fp32 each, on every rank
+TINY_MOE = {**TINY, "model": "tiny-mixtral", "n_experts": 4, "top_k": 2, "moe_d_ff": 32, "d_ff": 32}
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def test_one_rank_world_equals_the_single_gpu_harness_to_the_byte():
+    # The tracker beneath DTensor (TrackedFakeMode) must log what the single-GPU LiveBytes mode logs.
+    case = {**TINY, "precision": "amp_bf16", "attention": "flash", "n_kv_heads": 2, "grad_accum": 2}
+    single = measure_case(case, "fake")
+    c = resolve(case)
+    world = summarize(run_rank(c), c)
+    for k in MEASURED_COLUMNS:
+        if k.startswith("measured_"):
+            assert world[k] == single[k], k
+
+
+def test_ddp_bucket_holds_every_gradient_in_fp32():
+    row = measure_case({**TINY, "dp": 4}, "fake")
+    assert row["measured_n_params"] == TINY_PARAMS
+    assert row["measured_ddp_bucket_bytes"] == 4 * TINY_PARAMS  # one bucket byte per gradient byte, fp32
+    view = measure_case({**TINY, "dp": 4, "ddp_grad_as_bucket_view": True}, "fake")
+    assert view["measured_grad_bytes"] == view["measured_ddp_bucket_bytes"]  # the gradients are the buckets
+
+
+def test_fsdp2_shards_weights_and_adam_states_over_dp():
+    # every dim 0 (64, 128, 256) divides by 4: no padding, each rank holds exactly P/4 fp32 parameters
+    row = measure_case({**TINY, "dp": 4, "framework": "fsdp", "zero_stage": 3}, "fake")
+    assert row["measured_rank_params"] == TINY_PARAMS // 4
+    assert row["measured_weight_bytes"] == 4 * TINY_PARAMS // 4 + ROTARY_BYTES
+    assert row["measured_optimizer_bytes"] in (0, 2 * 4 * TINY_PARAMS // 4)  # AdamW moments when alive
+
+
+@pytest.mark.slow
+def test_fsdp2_without_reshard_keeps_more_gathered_blocks_than_with():
+    z3 = measure_case({**TINY, "n_layers": 4, "dp": 4, "framework": "fsdp", "zero_stage": 3}, "fake")
+    z2 = measure_case({**TINY, "n_layers": 4, "dp": 4, "framework": "fsdp", "zero_stage": 2}, "fake")
+    assert z2["measured_fsdp_unsharded_groups"] > z3["measured_fsdp_unsharded_groups"]
+    assert z2["measured_allocated_peak_bytes"] > z3["measured_allocated_peak_bytes"]
+
+
+def test_tensor_parallel_rank_holds_a_tp_shard_of_every_matrix():
+    # q/k/v/o, gate/up/down, embedding and head split by 2; the 5 norms (64 each) replicated
+    row = measure_case({**TINY, "tp": 2}, "fake")
+    norms = 5 * 64
+    assert row["measured_rank_params"] == (TINY_PARAMS - norms) // 2 + norms
+
+
+@pytest.mark.slow
+def test_loss_parallel_keeps_only_vocab_shards_of_the_logits():
+    gathered = measure_case({**TINY, "tp": 4, "sp": True}, "fake")
+    sharded = measure_case({**TINY, "tp": 4, "sp": True, "loss_parallel": True}, "fake")
+    assert sharded["measured_logit_bytes"] < gathered["measured_logit_bytes"]
+
+
+@pytest.mark.parametrize("layout, expected", [
+    (dict(n_layers=10, pp=4, vpp=1, pp_first_layers=0, pp_last_layers=0), [3, 3, 2, 2]),
+    (dict(n_layers=10, pp=4, vpp=1, pp_first_layers=1, pp_last_layers=0), [1, 3, 3, 3]),
+    (dict(n_layers=24, pp=4, vpp=1, pp_first_layers=5, pp_last_layers=5), [5, 7, 7, 5]),
+    (dict(n_layers=24, pp=4, vpp=2, pp_first_layers=0, pp_last_layers=0), [3] * 8),
+])
+def test_pipeline_stage_layers(layout, expected):
+    assert stage_layers(layout) == expected
+
+
+def test_pipeline_first_stage_keeps_a_receive_buffer_per_microbatch():
+    # Schedule1F1B, pp=2, 4 micro-batches: rank 0 gets one gradient buffer (b*s*h fp32) per micro-batch
+    row = measure_case({**TINY, "pp": 2, "grad_accum": 4}, "fake")
+    assert row["measured_pp_buffer_bytes"] == 4 * 2 * 32 * 64 * 4
+
+
+def test_expert_parallel_splits_follow_the_capacity_factor():
+    assert splits(16, 4, 1.0) == ([4, 4, 4, 4], [4, 4, 4, 4])
+    send, recv = splits(16, 4, 1.5)
+    assert sum(send) == 16 and recv == [6, 6, 6, 6]
+
+
+def test_moe_experts_run_in_the_weight_dtype_under_autocast():
+    # transformers' grouped_mm casts the tokens to the (fp32) expert weights: under amp_bf16 every forward
+    # grouped matmul returns fp32, s*b*top_k rows: up (2f wide: gate and up) then down (h wide)
+    c = resolve({**TINY_MOE, "precision": "amp_bf16", "attention": "flash"})
+    run = run_rank(c)
+    outs = [r for r in run.lb.records if r.op == "_grouped_mm" and r.phase == "forward" and r.step == 1]
+    pairs = 32 * 2 * 2
+    assert sorted((r.dtype, r.shape) for r in outs) == sorted([("float32", (pairs, 2 * 32)),
+                                                              ("float32", (pairs, 64))] * 2)
+
+
+@pytest.mark.slow
+def test_expert_parallel_rank_holds_its_share_of_the_experts():
+    one = measure_case(TINY_MOE, "fake")
+    ep = measure_case({**TINY_MOE, "dp": 4, "ep": 4, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "hf"},
+                      "fake")
+    assert ep["measured_rank_params"] * 4 == one["measured_rank_params"]  # FSDP over 4, experts over ep=4
+
+
+@pytest.mark.parametrize("override, word", [
+    ({"tp": 2, "pp": 2, "grad_accum": 4}, "pipeline"), ({"ep": 2, "dp": 2}, "experts"),
+    ({"dp": 2, "zero_stage": 1}, "zero_stage"), ({"dp": 2, "offload": "optimizer"}, "offload"),
+    ({"tp": 2, "tied_embeddings": True}, "untied"), ({"dp": 2, "fsdp_wrap": "auto"}, "fsdp_wrap"),
+    ({"pp": 2, "grad_accum": 1}, "grad_accum"), ({"tp": 2, "tp_plan": "hf", "sp": True}, "tp_plan"),
+    ({"dp": 2, "ffn_type": "gelu", "norm_type": "layernorm", "linear_bias": "all"}, "dp=2"),
+    ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
+])
+def test_unsupported_layout_is_one_line_user_error(override, word):
+    with pytest.raises(UserError) as e:
+        measure_case({**TINY, **override}, "fake")
+    assert word in str(e.value) and "\n" not in str(e.value)
+
+
+def _rows():
+    with open(PARALLEL, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_committed_set_is_large_and_covers_the_families():
+    rows = _rows()
+    families = {r["family"] for r in rows}
+    assert len(rows) >= 80
+    assert sum(r["family"].startswith("moe") for r in rows) >= 15
+    assert {"ddp", "fsdp2", "fsdp2_noreshard", "fsdp2_ckpt", "fsdp2_offload", "tp", "tp_sp", "tp_loss_parallel",
+            "tp_hf", "fsdp2_tp", "cp", "pp_1f1b", "pp_gpipe", "pp_interleaved", "pp_uneven", "moe",
+            "moe_ep"} <= families
+
+
+def test_committed_roles_add_up_to_the_peak():
+    for r in _rows():
+        parts = sum(int(r[k]) for k in ("measured_weight_bytes", "measured_grad_bytes", "measured_optimizer_bytes",
+                                        "measured_activation_bytes", "measured_temp_bytes"))
+        assert parts == int(r["measured_allocated_peak_bytes"]), r["case_id"]
+
+
+def _first_row_per_family():
+    seen = {}
+    for r in _rows() if PARALLEL.exists() else []:
+        seen.setdefault(r["family"], r)
+    return list(seen.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", _first_row_per_family(), ids=lambda r: r["family"])
+def test_committed_row_reproduces_exactly(row):
+    from engine.checks.measure.measure import versions
+    from engine.checks.measure.reference_parallel import measure_row, reference_cases
+
+    have = versions()
+    if any(have[k] != row[k] for k in have):
+        pytest.skip(f"set made with other versions ({ {k: row[k] for k in have} })")
+    cid, family, case = next(x for x in reference_cases() if x[0] == row["case_id"])
+    got = measure_row(cid, family, case)
+    for k in row:
+        if k.startswith("measured_"):
+            assert ("" if got[k] is None else str(got[k])) == row[k], k
