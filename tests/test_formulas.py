@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.model.activations import layer_activation_bytes
+from engine.model.stage import layer_activation_bytes
 from engine.model.levels import rank_terms
 from engine.model.params import param_count
 from engine.model.peak import peak

@@ -13,7 +13,7 @@ from engine import DATA_DIR
 from engine.ask.explain import evaluate_case
 from engine.checks.peers import deepspeed_zero_estimate
 from engine.inputs.vocabulary import INPUTS
-from engine.model.activations import activation_bytes, stage_layer_activation_bytes
+from engine.model.stage import activation_bytes, stage_layer_activation_bytes
 from engine.model.levels import rank_terms
 
 GIB = 2**30

@@ -1,4 +1,4 @@
-"""Activations saved for the backward pass, on the most loaded pipeline stage.
+"""Activations one transformer layer saves for the backward pass, per token (stage.py: per stage and micro-batch).
 
 Korthikanti et al. 2022 (arXiv:2205.05198, Table 2) count a GPT layer as sbh(34 + 5as/h) bytes: 16-bit
 tensors, 1-byte dropout masks, fused LayerNorm/GeLU/softmax kernels (Megatron). We rebuild that sum from the
@@ -28,16 +28,12 @@ from engine.inputs.codes import (
     FFN,
     ActFn,
     Attn,
-    Ckpt,
     LoraTargets,
     Norm,
-    PPSchedule,
     Precision,
 )
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_FUSED_KERNELS
-from engine.model.params import has_dims, n_moe_layers
-from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes
 
 
@@ -160,18 +156,6 @@ def scores_bytes_per_key(c):
 
 
 @formula
-def attention_scores_bytes_per_token(c, r):
-    """The s-by-s terms per token: each token's query attends to all s keys (ring attention too)."""
-    return r.scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
-
-
-@formula
-def scores_bytes_per_token(c, r):
-    """Scores kept for backward: none under selective recomputation (Korthikanti sec. 4.2)."""
-    return 0 if c.checkpointing == Ckpt.SELECTIVE else attention_scores_bytes_per_token(c, r)
-
-
-@formula
 def ffn_inner_bytes_per_token(c, inner, tokens_num, tokens_den):
     """FFN intermediates per token (inner size f), scaled for routed tokens (tokens_num / tokens_den)."""
     e = compute_bytes(c)
@@ -213,97 +197,9 @@ def split_bytes_per_token(c, moe_layer):
 
 
 @formula
-def full_layer_bytes(c, r, moe_layer, scores):
-    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms per token).
-
-    The per-token terms depend only on the model, numerics and layout (levels.Rank)."""
-    tokens, t = local_tokens(c), c.tp
-    replicated = r.replicated_per_token * tokens
-    split_per_token = r.moe_split_per_token if moe_layer else r.split_per_token
-    split = (split_per_token + scores) * tokens
-    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
-
-
-@formula
-def layer_activation_bytes(c, r, moe_layer):
-    """Bytes one layer keeps for backward for one micro-batch (Korthikanti Table 2, generalised).
-
-    Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
-    """
-    if c.checkpointing == Ckpt.FULL:
-        kept = stream_bytes(c) * local_tokens(c) * c.d_model
-        return ceil_div(kept, c.tp) if c.sp else kept
-    return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
-
-
-@formula
-def in_flight_layer_factor(c):
-    """Micro-batches x layers the first stage holds, as (numerator, denominator) of L/p layers.
-
-    1F1B: min(p, m) micro-batches (PipeDream-Flush, arXiv:2104.04473 sec. 2.2); interleaved with v virtual
-    stages: p * (1 + (p-1)/(p*v)) (Korthikanti Eq. 5 and sec. 6); GPipe: all m micro-batches.
-    """
-    p, m, v = c.pp, c.grad_accum, c.vpp
-    if p == 1:
-        return 1, 1
-    if c.pp_schedule == PPSchedule.GPIPE:
-        return m, 1
-    if c.pp_schedule == PPSchedule.INTERLEAVED:
-        return p * v + p - 1, v
-    return min(p, m), 1
-
-
-@formula
-def stage_layer_activation_bytes(c, r):
-    """All transformer layers' activations alive on the first stage at the end of the forward pass."""
-    lps = layers_per_stage(c)
-    moe_layers = min(lps, n_moe_layers(c))
-    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, r, False)
-    if moe_layers > 0:
-        per_microbatch += moe_layers * layer_activation_bytes(c, r, True)
-    num, den = in_flight_layer_factor(c)
-    return ceil_div(per_microbatch * num, den)
-
-
-@formula
-def embedding_activation_bytes(c):
-    """First stage, per micro-batch in flight: the embedding dropout mask (GPT-2, BERT); else nothing."""
-    if not has_dropout(c):
-        return 0
-    kept = local_tokens(c) * c.d_model
-    return ceil_div(kept, c.tp) if c.sp else kept
-
-
-@formula
-def head_activation_bytes(c, r):
-    """Last stage, one micro-batch: the final norm and the LM head's input (a frozen head under LoRA keeps
-    none). The loss's own tensors are temporaries (temporaries.py)."""
-    if not c.lm_head:
-        return 0
-    kept = local_tokens(c) * r.head_per_token
-    return ceil_div(kept, c.tp) if c.sp else kept
-
-
-@formula
 def head_bytes_per_token(c):
     """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA)."""
     head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
     return norm_bytes_per_token(c) + head_in * c.d_model
 
 
-@formula
-def activation_bytes(c, r):
-    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
-    if not has_dims(c):
-        return 0
-    num, den = in_flight_layer_factor(c)
-    first = stage_layer_activation_bytes(c, r) + ceil_div(embedding_activation_bytes(c) * num, den)
-    return first + (head_activation_bytes(c, r) if c.pp == 1 else 0)
-
-
-@formula
-def recompute_bytes(c, r):
-    """Full recomputation rebuilds one layer's activations, scores included, during backward."""
-    if c.checkpointing != Ckpt.FULL or not has_dims(c):
-        return 0
-    return full_layer_bytes(c, r, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c, r))

@@ -1,0 +1,114 @@
+"""The activations a pipeline stage holds: one layer's per-token terms (activations.py) times its tokens, the
+layers on the stage and the micro-batches in flight, with recomputation.
+
+Korthikanti et al. 2022 (arXiv:2205.05198): Table 2 per layer; Eq. 5 and sec. 6 for the pipeline schedules.
+Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank).
+"""
+
+from engine.inputs.codes import Ckpt, PPSchedule
+from engine.model.activations import has_dropout, local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
+from engine.model.params import has_dims, n_moe_layers
+from engine.model.split import layers_per_stage
+
+
+@formula
+def full_layer_bytes(c, r, moe_layer, scores):
+    """Everything one layer keeps for one micro-batch, without recomputation (scores: the s^2 terms per token).
+
+    The per-token terms depend only on the model, numerics and layout (levels.Rank)."""
+    tokens, t = local_tokens(c), c.tp
+    replicated = r.replicated_per_token * tokens
+    split_per_token = r.moe_split_per_token if moe_layer else r.split_per_token
+    split = (split_per_token + scores) * tokens
+    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
+
+
+@formula
+def layer_activation_bytes(c, r, moe_layer):
+    """Bytes one layer keeps for backward for one micro-batch (Korthikanti Table 2, generalised).
+
+    Full recomputation keeps only the layer input, sbh in the stream dtype (split by t with SP).
+    """
+    if c.checkpointing == Ckpt.FULL:
+        kept = stream_bytes(c) * local_tokens(c) * c.d_model
+        return ceil_div(kept, c.tp) if c.sp else kept
+    return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
+
+
+@formula
+def in_flight_layer_factor(c):
+    """Micro-batches x layers the first stage holds, as (numerator, denominator) of L/p layers.
+
+    1F1B: min(p, m) micro-batches (PipeDream-Flush, arXiv:2104.04473 sec. 2.2); interleaved with v virtual
+    stages: p * (1 + (p-1)/(p*v)) (Korthikanti Eq. 5 and sec. 6); GPipe: all m micro-batches.
+    """
+    p, m, v = c.pp, c.grad_accum, c.vpp
+    if p == 1:
+        return 1, 1
+    if c.pp_schedule == PPSchedule.GPIPE:
+        return m, 1
+    if c.pp_schedule == PPSchedule.INTERLEAVED:
+        return p * v + p - 1, v
+    return min(p, m), 1
+
+
+@formula
+def stage_layer_activation_bytes(c, r):
+    """All transformer layers' activations alive on the first stage at the end of the forward pass."""
+    lps = layers_per_stage(c)
+    moe_layers = min(lps, n_moe_layers(c))
+    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, r, False)
+    if moe_layers > 0:
+        per_microbatch += moe_layers * layer_activation_bytes(c, r, True)
+    num, den = in_flight_layer_factor(c)
+    return ceil_div(per_microbatch * num, den)
+
+
+@formula
+def embedding_activation_bytes(c):
+    """First stage, per micro-batch in flight: the embedding dropout mask (GPT-2, BERT); else nothing."""
+    if not has_dropout(c):
+        return 0
+    kept = local_tokens(c) * c.d_model
+    return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
+def head_activation_bytes(c, r):
+    """Last stage, one micro-batch: the final norm and the LM head's input (a frozen head under LoRA keeps
+    none). The loss's own tensors are temporaries (temporaries.py)."""
+    if not c.lm_head:
+        return 0
+    kept = local_tokens(c) * r.head_per_token
+    return ceil_div(kept, c.tp) if c.sp else kept
+
+
+@formula
+def activation_bytes(c, r):
+    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
+    if not has_dims(c):
+        return 0
+    num, den = in_flight_layer_factor(c)
+    first = stage_layer_activation_bytes(c, r) + ceil_div(embedding_activation_bytes(c) * num, den)
+    return first + (head_activation_bytes(c, r) if c.pp == 1 else 0)
+
+
+@formula
+def recompute_bytes(c, r):
+    """Full recomputation rebuilds one layer's activations, scores included, during backward."""
+    if c.checkpointing != Ckpt.FULL or not has_dims(c):
+        return 0
+    return full_layer_bytes(c, r, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c, r))
+
+
+@formula
+def attention_scores_bytes_per_token(c, r):
+    """The s-by-s terms per token: each token's query attends to all s keys (ring attention too)."""
+    return r.scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp
+
+
+@formula
+def scores_bytes_per_token(c, r):
+    """Scores kept for backward: none under selective recomputation (Korthikanti sec. 4.2)."""
+    return 0 if c.checkpointing == Ckpt.SELECTIVE else attention_scores_bytes_per_token(c, r)
