@@ -49,10 +49,10 @@ def reference_outputs(records) -> np.ndarray:
     return want
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_estimate_kernel_equals_reference_on_random_configurations(seed):
     rng = np.random.default_rng(seed)
-    records, _, _ = resolve_cases([random_case(rng) for _ in range(700)])
+    records, _, _ = resolve_cases([random_case(rng) for _ in range(400)])
     got = evaluate(records)
     assert not (got == UNSET).any(), "a column the kernel never wrote"
     want = reference_outputs(records)

@@ -17,6 +17,8 @@ from engine.checks.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noq
 from engine.checks.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
 from engine.errors import UserError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # beyond the fast core tier (pytest -m 'not slow')
+
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "measured" / "cpu_fake.csv"
 TINY_GPT2 = dict(model="tiny-gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=128, ffn_type="gelu",
                  tied_embeddings=True, n_positions=64, seq_len=32, micro_batch=2, precision="fp32",

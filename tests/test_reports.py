@@ -22,6 +22,8 @@ from engine.ask.report import build_report, write_report
 from engine.dataset.sweep import run_sweep
 from engine.errors import UserError
 
+pytestmark = pytest.mark.slow  # beyond the fast core tier (pytest -m 'not slow')
+
 MODULES = reports.chart_modules()
 CHROMIUM = os.environ.get("MEMSIM_CHROMIUM", "/usr/bin/chromium")
 UNITS = ("GiB", "GPUs", "$/h", "parameters", "tokens", "samples", "count")

@@ -103,6 +103,7 @@ def test_four_shards_by_hand_give_the_rows_of_one_process(whole, four):
     assert count_rows(four) == (TOTAL, TOTAL)
 
 
+@pytest.mark.slow
 def test_ray_gives_the_rows_of_one_process(ray_cluster, spec, whole, tmp_path):
     from engine.dataset.ray_backend import run_ray
 
@@ -112,6 +113,7 @@ def test_ray_gives_the_rows_of_one_process(ray_cluster, spec, whole, tmp_path):
     assert_frame_equal(sweep_rows(tmp_path / "ray"), sweep_rows(whole))
 
 
+@pytest.mark.slow
 def test_ray_writes_to_a_file_uri_through_the_cli(ray_cluster, memsim, spec, whole, tmp_path):
     code, out, err = memsim("sweep", spec, "--engine", "ray", "--shards", "3", "-o", f"file://{tmp_path}/uri")
     assert code == 0, err
@@ -120,6 +122,7 @@ def test_ray_writes_to_a_file_uri_through_the_cli(ray_cluster, memsim, spec, who
     assert_frame_equal(sweep_rows(tmp_path / "uri"), sweep_rows(whole))
 
 
+@pytest.mark.slow
 def test_ray_retries_a_shard_whose_worker_died(ray_cluster, spec, whole, tmp_path):
     from engine.dataset.ray_backend import run_ray
 
@@ -166,6 +169,7 @@ def test_feasible_only_shards_verify_as_a_subset(spec, whole, tmp_path):
 
 # --- a killed shard -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_shard_leaves_nothing_and_its_rerun_completes_the_dataset(spec, tmp_path, monkeypatch, memsim):
     out = tmp_path / "ds"
     for k in (0, 2, 3):
@@ -314,6 +318,7 @@ def test_a_different_shard_count_in_one_dataset_is_refused(memsim, spec, four, t
     assert code == 2 and "shard count" in err
 
 
+@pytest.mark.slow
 def test_an_unreachable_ray_address_is_one_line(memsim, spec, tmp_path):
     pytest.importorskip("ray")
     code, out, err = memsim("sweep", spec, "--engine", "ray", "--address", "127.0.0.1:1", "-o", tmp_path / "ds")

@@ -118,5 +118,11 @@ def test_compact_rows_keep_what_feasibility_questions_need(tmp_path, memsim):
     assert "weight_bytes" not in columns and "activation_bytes" not in columns
     code, out, _ = memsim("query", "min_gpus", "--sweep", tmp_path / "c", "--format", "csv")
     assert code == 0 and "llama-3.1-8b" in out
+
+
+@pytest.mark.slow
+def test_the_report_of_a_compact_sweep_says_what_it_cannot_chart(tmp_path, memsim):
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b"]\ngpu = ["a100-sxm-80gb"]\nn_gpus = [1, 2]', "[output]\ncompact = true\n")
+    assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
     code, out, _ = memsim("report", "--sweep", tmp_path / "c", "-o", tmp_path / "r.html")
     assert code == 0 and "compact rows" in (tmp_path / "r.html").read_text()
