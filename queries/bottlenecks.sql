@@ -2,12 +2,12 @@
 -- params:  $model  VARCHAR  model key, or NULL for every model
 --          $gpu    VARCHAR  GPU key, or NULL for every GPU type
 -- returns: one row per (model, bottleneck) among failing configurations: failing, share (of the model's
---          failing configurations), median_miss_gib and max_miss_gib, where miss = device peak - capacity * (1 - headroom)
+--          failing configurations), median_miss_gib and max_miss_gib, where miss = device peak - usable bytes (capacity * (1 - headroom))
 WITH failing AS (
     SELECT
         model,
         bottleneck,
-        device_peak_bytes - capacity_bytes * (1 - headroom)                 AS miss_bytes
+        device_peak_bytes - usable_bytes                                    AS miss_bytes
     FROM sweep
     WHERE valid AND NOT fits
       AND ($model IS NULL OR model = $model)

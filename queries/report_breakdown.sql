@@ -4,31 +4,9 @@
 -- returns: one row per model that fits on $gpu: gpu, n_params, layout (n_gpus, tp, pp, zero_stage, checkpointing,
 --          micro_batch, seq_len, peak_phase, layout_label), weight_gib, grad_gib, optimizer_gib, activation_gib, temp_gib,
 --          slack_gib, overhead_gib (these sum to device_peak_gib), capacity_gib, usable_gib (capacity * (1 - headroom))
-WITH fitting AS (
-    SELECT *
-    FROM sweep
-    WHERE valid AND fits
-      AND gpu = $gpu
-      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
-),
-chosen AS (
-    SELECT
-        model, gpu,
-        -- fewest GPUs, then the lowest device peak, then the first in sweep order (as breakdown.sql picks)
-        arg_min({'n_gpus': n_gpus, 'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
-                 'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase,
-                 'weight_bytes': weight_bytes, 'peak_grad_bytes': peak_grad_bytes,
-                 'peak_optimizer_bytes': peak_optimizer_bytes,
-                 'activation_bytes': activation_bytes, 'temp_bytes': temp_bytes,
-                 'allocated_peak_bytes': allocated_peak_bytes, 'reserved_peak_bytes': reserved_peak_bytes,
-                 'overhead_bytes': overhead_bytes, 'device_peak_bytes': device_peak_bytes,
-                 'capacity_bytes': capacity_bytes, 'headroom': headroom},
-                (n_gpus, device_peak_bytes, index))                         AS c
-    FROM fitting
-    GROUP BY ALL
-)
 SELECT
     l.model,
+    l.method,
     l.gpu,
     m.n_params,
     l.c.n_gpus, l.c.tp, l.c.pp, l.c.zero_stage, l.c.checkpointing, l.c.micro_batch, l.c.seq_len, l.c.peak_phase,
@@ -39,11 +17,11 @@ SELECT
     l.c.peak_optimizer_bytes / 2^30                                         AS optimizer_gib,
     l.c.activation_bytes / 2^30                                             AS activation_gib,
     l.c.temp_bytes / 2^30                                                   AS temp_gib,
-    (l.c.reserved_peak_bytes - l.c.allocated_peak_bytes) / 2^30             AS slack_gib,
+    l.c.allocator_slack_bytes / 2^30                                        AS slack_gib,
     l.c.overhead_bytes / 2^30                                               AS overhead_gib,
     l.c.device_peak_bytes / 2^30                                            AS device_peak_gib,
     l.c.capacity_bytes / 2^30                                               AS capacity_gib,
-    l.c.capacity_bytes * (1 - l.c.headroom) / 2^30                          AS usable_gib
-FROM chosen AS l
+    l.c.usable_bytes / 2^30                                                 AS usable_gib
+FROM fewest_gpu_layouts(NULL, $gpu, NULL, $method) AS l
 LEFT JOIN models AS m USING (model)
-ORDER BY m.n_params NULLS LAST, l.model;
+ORDER BY m.n_params NULLS LAST, l.model, l.method;

@@ -3,25 +3,7 @@
 --          $seq_len  BIGINT   tokens per sample, or NULL for any swept length
 -- returns: one row per (gpu, model, n_gpus) with a valid layout: model_label (key and size), n_params, capacity_gib,
 --          any_fits, fitting (count), best_headroom_gib (most memory free at the peak; NULL when none fits),
---          least_miss_gib (how far the closest layout is over capacity * (1 - headroom); NULL when one fits)
-WITH layouts AS (
-    SELECT gpu, model, n_gpus, fits, capacity_bytes, device_peak_bytes, headroom
-    FROM sweep
-    WHERE valid
-      AND ($seq_len IS NULL OR seq_len = $seq_len)
-      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
-),
-cells AS (
-    SELECT
-        gpu, model, n_gpus,
-        min(capacity_bytes)                                                 AS capacity_bytes,
-        bool_or(fits)                                                       AS any_fits,
-        count(*) FILTER (WHERE fits)                                        AS fitting,
-        max(capacity_bytes - device_peak_bytes) FILTER (WHERE fits)         AS best_headroom_bytes,
-        min(device_peak_bytes - capacity_bytes * (1 - headroom))            AS least_miss_bytes
-    FROM layouts
-    GROUP BY ALL
-)
+--          least_miss_gib (how far the closest layout is over the usable bytes, capacity * (1 - headroom); NULL when one fits)
 SELECT
     c.gpu,
     c.model,
@@ -34,6 +16,6 @@ SELECT
     c.fitting,
     c.best_headroom_bytes / 2^30                                            AS best_headroom_gib,
     CASE WHEN NOT c.any_fits THEN c.least_miss_bytes / 2^30 END             AS least_miss_gib
-FROM cells AS c
+FROM feasibility_cells($seq_len, $method) AS c
 LEFT JOIN models AS m USING (model)
 ORDER BY c.gpu, m.n_params NULLS LAST, c.model, c.n_gpus;

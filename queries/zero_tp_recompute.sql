@@ -22,7 +22,7 @@ lowest AS (
         model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
         zero_stage, tp, checkpointing,
         min(device_peak_bytes)                                              AS device_peak_bytes,
-        arg_min(capacity_bytes * (1 - headroom), device_peak_bytes)         AS usable_bytes,
+        arg_min(usable_bytes, device_peak_bytes)                            AS usable_bytes,
         bool_or(fits)                                                       AS any_fits,
         count(*) FILTER (WHERE fits)                                        AS fitting
     FROM layouts

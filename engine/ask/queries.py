@@ -63,11 +63,11 @@ def list_queries() -> list[tuple[str, str]]:
     >>> dict(list_queries())["summary"][:40]
     'How big the sweep is and how much of it '
     """
-    return [(q.name, q.purpose) for q in (read_query(p.stem) for p in sorted(QUERIES_DIR.glob("*.sql")))]
+    return [(q.name, q.purpose) for q in (read_query(name) for name in query_names())]
 
 
 def query_names() -> list[str]:
-    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
+    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql") if not p.stem.startswith("_"))  # _*.sql: shared macros
 
 
 def read_query(name: str) -> Query:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 
+from engine import QUERIES_DIR
 from engine.dataset.store import MANIFEST
 from engine.errors import UserError
 from engine.inputs.resolve import MODEL_FIELD_NAMES
@@ -25,21 +26,11 @@ def check_dataset(sweep_dir: Path) -> list[Path]:
     return parts
 
 
-# How the queries name a training method, e.g. "amp_bf16 adamw pytorch lora-r16 nf4": one definition for all.
-TRAINING_METHOD = """
-CREATE OR REPLACE MACRO training_method(precision, optimizer, framework, lora_rank, base_quant, offload) AS
-    concat_ws(' ', precision, optimizer, framework,
-              CASE WHEN lora_rank > 0 THEN 'lora-r' || lora_rank END,
-              CASE WHEN base_quant <> 'none' THEN base_quant END,
-              CASE WHEN offload <> 'none' THEN 'offload-' || offload END)
-"""
-
-
 def connect(sweep_dir: str | Path | None = None, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the catalog views, the `training_method` macro, and the `sweep` view when a
-    dataset is given."""
+    """A DuckDB connection with the catalog views, the macros of queries/_macros.sql, and when a dataset is given
+    the `sweep` view and the table macros of queries/_views.sql."""
     con = con or duckdb.connect()
-    con.execute(TRAINING_METHOD)
+    con.execute((QUERIES_DIR / "_macros.sql").read_text())
     con.register("models_arrow", catalog.models_table().to_arrow())
     con.register("gpus_arrow", catalog.gpus_table().to_arrow())
     con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")
@@ -53,6 +44,7 @@ def connect(sweep_dir: str | Path | None = None, con: duckdb.DuckDBPyConnection 
         extra = [f"{sql_literal(f.name)} AS {f.name}" for f in INPUT_FIELDS if f.name not in skip]
         select = ", ".join(["*"] + extra)
         con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM read_parquet('{pattern}')")
+        con.execute((QUERIES_DIR / "_views.sql").read_text())
     return con
 
 
