@@ -204,5 +204,6 @@ def _add_lora(model: torch.nn.Module, c: dict, arch: str) -> torch.nn.Module:
 
 
 def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated decoder blocks, in order (``BLOCKS``: GPT2Block, LlamaDecoderLayer, ...)."""
-    return [m for m in model.modules() if type(m).__name__ in BLOCKS]
+    """The repeated decoder blocks, in order (``BLOCKS``: GPT2Block, LlamaDecoderLayer, ...), also once FSDP2's
+    ``fully_shard`` has renamed their class ``FSDP<name>``."""
+    return [m for m in model.modules() if type(m).__name__.removeprefix("FSDP") in BLOCKS]

@@ -326,7 +326,9 @@ def anatomy(run: Run, c: dict, at_peak, tick: int) -> dict:
     out["measured_fsdp_unsharded_groups"] = len({lb.tags[id(r)] for r in at_peak
                                                  if kind(lb.tags.get(id(r))) == "fsdp_unsharded" and r.nbytes})
     out["measured_logit_bytes"] = sum(r.nbytes for r in at_peak if _vocab_sized(r, c["vocab"], c["tp"]))
-    out["measured_expert_bytes"] = sum(r.nbytes for r in at_peak if "experts" in r.module)
+    out["measured_expert_bytes"] = sum(r.nbytes for r in at_peak  # the experts' token buffers and activations
+                                       if r.phase == "forward" and "experts" in r.module
+                                       and role(r, run) in ("activations", "temp"))
     out["measured_rank_params"] = run.rank_params
     out["measured_host_bytes"] = sum(r.nbytes for r in lb.records  # offloaded states (host memory) at the peak
                                      if r.host and r.born <= tick and (r.died is None or r.died > tick)
