@@ -57,9 +57,11 @@ def _saved_block(case: dict, block: int = 0) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("knob", KNOBS)
+@pytest.mark.parametrize("knob", [*KNOBS, "fp8"])
 def test_fake_equals_real_cpu_to_the_byte(knob):
-    case = {**TINY_LLAMA, "precision": "bf16", **KNOBS[knob]}
+    if knob == "fp8":
+        pytest.importorskip("torchao.float8")
+    case = {**TINY_LLAMA, "precision": "bf16", **KNOBS.get(knob, {"precision": "fp8"})}
     fake, real = measure_case(case, "cpu-fake"), measure_case(case, "cpu")
     for k in MEASURED_COLUMNS:
         if k.startswith("measured_"):
@@ -155,6 +157,7 @@ def test_optimizer_in_backward_steps_like_a_normal_step():
     assert torch.allclose(out[0], out[1], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_fused_adamw_keeps_step_counters_on_the_device():
     foreach = measure_case(TINY_LLAMA, "fake")
     fused = measure_case({**TINY_LLAMA, "optimizer_impl": "fused"}, "fake")
@@ -168,6 +171,7 @@ def test_zero_grad_zeros_keeps_every_gradient_through_the_forward():
     assert row["measured_grad_bytes"] == row["measured_n_params"] * 4
 
 
+@pytest.mark.slow
 def test_activation_offload_moves_checkpoint_inputs_to_host():
     # full checkpointing keeps each block's input (b s h fp32 = 16,384 B); offloaded, it lives on the host.
     # Without offloading the host holds only AdamW's 39 fp32 step counters.
@@ -194,11 +198,29 @@ def test_activation_offload_leaves_the_gradients_unchanged():
     assert torch.equal(grads[0], grads[1])
 
 
+def test_fp8_keeps_the_saved_set_and_drops_the_autocast_weight_copies():
+    # torchao's Float8Linear saves its bf16 input and the fp32 weight itself (ctx.save_for_backward(input_hp,
+    # weight_hp_t)); its fp8 casts are transient. amp_bf16 instead keeps the autocast cache's bf16 copy of every
+    # linear weight for backward: 4 blocks x (64*64 + 2*32*64 + 64*64 + 3*128*64) + head 256*64 = 163,840
+    # elements x 2 B = 327,680 B; under fp8 only the (unconverted) head's 32,768 B.
+    pytest.importorskip("torchao.float8")
+    casts = {}
+    for precision in ("amp_bf16", "fp8"):
+        lb, roles, _ = run_logged(resolve({**TINY_LLAMA, "precision": precision}), "fake")
+        start = lb.marks[f"backward{MEASURED_STEP}.0"]
+        casts[precision] = sum(r.nbytes for r in breakdown.alive_at(lb, start) if id(r) in roles["weight_casts"])
+        saved = sum(r.nbytes for r in breakdown.saved_for_backward(lb, roles, MEASURED_STEP))
+        casts[precision + " saved"] = saved
+    assert casts["amp_bf16"] == 327_680 and casts["fp8"] == 256 * 64 * 2
+    assert casts["amp_bf16 saved"] == casts["fp8 saved"]
+
+
 @pytest.mark.parametrize("override, word", [
     ({"compile": True}, "compile"), ({"checkpoint_every": 2}, "checkpoint_every"),
     ({"optimizer": "adafactor", "optimizer_impl": "fused"}, "optimizer_impl"),
     ({"optimizer_in_backward": True, "grad_accum": 2}, "grad_accum"),
     ({"checkpointing": "selective"}, "selective"), ({"loss_impl": "fused"}, "loss_impl"),
+    ({"precision": "fp8", "ffn_type": "gelu", "n_positions": 64}, "fp8"),
 ])
 def test_unsupported_knob_is_one_line_user_error(override, word):
     with pytest.raises(UserError) as e:
@@ -229,10 +251,13 @@ def test_every_knob_case_has_its_baseline():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("knob", ["selective_op", "checkpoint_every", "loss_chunked", "loss_fused_linear",
-                                  "optimizer_impl", "optimizer_in_backward", "activation_offload", "zero_grad"])
+                                  "optimizer_impl", "optimizer_in_backward", "activation_offload", "zero_grad",
+                                  "fp8", "recipe"])
 def test_committed_row_reproduces_exactly(knob):
     row = next(r for r in _rows() if r["knob"] == knob)
     have = versions()
+    if row["torchao_version"]:
+        have["torchao_version"] = pytest.importorskip("torchao").__version__
     if any(have[k] != row[k] for k in have):
         pytest.skip(f"recipe set made with other versions ({ {k: row[k] for k in have} })")
     case = next(c for cid, _, c in recipe_cases() if cid == row["case_id"])

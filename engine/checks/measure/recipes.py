@@ -13,7 +13,8 @@ implementation, zero_grad, optimizer implementation, optimizer in backward) is `
     optimizer_impl           train (param-group flags)     torch.optim fused / foreach / for-loop (recipe_optim)
     optimizer_in_backward    train (grad hooks)            torchtune OptimizerInBackward (recipe_optim)
     zero_grad                train.train_step              set_to_none=True / False
-    compile                  refused                       see ``COMPILE_REFUSAL``
+    compile                  refused                       see ``COMPILE_REFUSAL`` (recipe_compile traces the saved set)
+    precision=fp8            wrap_model + step_context     torchao Float8Linear, torchtitan's recipe (recipe_fp8)
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ COMPILE_REFUSAL = (
 
 def check(c: dict) -> None:
     """UserError (one line) for a recipe knob, or a combination, the harness cannot run."""
+    from engine.checks.measure import recipe_fp8
+
+    recipe_fp8.check(c)
     for k, allowed in MEASURED.items():
         if c[k] not in allowed:
             raise UserError(f"{k}={c[k]!r} cannot be measured; accepted: {', '.join(allowed)}")
@@ -75,8 +79,10 @@ def check(c: dict) -> None:
 
 def wrap_model(model, c: dict):
     """The model with the recipe's model-level knobs applied: checkpointing policies, activation offloading."""
-    from engine.checks.measure import recipe_checkpoint, recipe_offload
+    from engine.checks.measure import recipe_checkpoint, recipe_fp8, recipe_offload
 
+    if c["precision"] == "fp8":
+        recipe_fp8.convert(model)
     if c["checkpointing"] == "selective_op":
         recipe_checkpoint.apply_selective_op(model)
     if c["checkpointing"] == "full" and c["checkpoint_every"] > 1:
@@ -87,5 +93,7 @@ def wrap_model(model, c: dict):
 
 
 def step_context(c: dict):
-    """A context entered around both training steps (none of the measured knobs needs one)."""
-    return nullcontext()
+    """A context entered around both training steps: fp8's wrapper tensors kept out of the tracker."""
+    from engine.checks.measure import recipe_fp8
+
+    return recipe_fp8.wrappers_untracked() if c["precision"] == "fp8" else nullcontext()

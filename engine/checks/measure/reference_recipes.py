@@ -34,7 +34,7 @@ RECIPE_DEFAULTS = {"optimizer_impl": "foreach", "optimizer_in_backward": False, 
                    "zero_grad": "none", "checkpointing": "none"}
 HOST_COLUMN = "measured_host_peak_bytes"
 RECIPE_SET_COLUMNS = ["case_id", "knob", *CONFIG_COLUMNS, *RECIPE_COLUMNS, *MEASURED_COLUMNS[:-4], HOST_COLUMN,
-                      *MEASURED_COLUMNS[-4:]]
+                      *MEASURED_COLUMNS[-4:], "torchao_version"]
 
 CKPT = {"checkpointing": "full"}
 SAC = {"checkpointing": "selective_op"}
@@ -124,6 +124,16 @@ KNOB_CASES = {
         ("llama-3.2-1b-like", 2048, 1, "amp_bf16", "adamw", "flash", {**CKPT, "zero_grad": "zeros"}),
         ("qwen2.5-0.5b-like", 2048, 1, "bf16", "adamw", "flash", {"zero_grad": "zeros", "grad_accum": 2}),
     ],
+    # precision fp8 (torchao Float8Linear, torchtitan's rowwise recipe) beside amp_bf16, the same model otherwise
+    "fp8": [
+        ("llama-400m-like", 2048, 2, "fp8", "adamw", "flash", {}),
+        ("llama-400m-like", 2048, 4, "fp8", "adamw", "flash", CKPT),
+        ("llama-400m-like", 1024, 2, "fp8", "adamw", "eager", {}),
+        ("tinyllama-1.1b-like", 2048, 2, "fp8", "adamw", "flash", {}),
+        ("llama-3.2-1b-like", 2048, 1, "fp8", "adamw", "flash", {}),
+        ("llama-3.2-1b-like", 4096, 1, "fp8", "adamw", "flash", CKPT),
+        ("qwen2.5-0.5b-like", 2048, 2, "fp8", "adamw", "flash", {}),
+    ],
     # recipes as torchtune / torchtitan configure them (several knobs at once)
     "recipe": [
         ("llama-3.2-1b-like", 2048, 4, "bf16", "adamw", "flash",
@@ -133,6 +143,7 @@ KNOB_CASES = {
         ("llama-3.2-1b-like", 8192, 1, "amp_bf16", "adamw", "flash", {**SAC, "optimizer_impl": "fused"}),
     ],
 }
+BASE_PRECISION = {"fp8": "amp_bf16"}  # fp8 trains fp32 parameters under bf16 autocast, as amp_bf16 does
 KNOB_TAGS = {  # field -> case-id suffix
     "checkpointing": {"full": "ckpt", "selective_op": "sac"},
     "checkpoint_every": lambda v: f"every{v}",
@@ -166,14 +177,14 @@ def recipe_cases() -> list[tuple[str, str, dict]]:
             base = {k: v for k, v in fields.items() if k not in RECIPE_DEFAULTS or k == "checkpointing"}
             if fields.get("checkpointing") == "selective_op":
                 base.pop("checkpointing")
-            for name, f in (("baseline", base), (knob, fields)):
-                cid = case_id(model, seq, mb, precision, optimizer, attention, f)
+            base_precision = BASE_PRECISION.get(precision, precision)
+            for name, p, f in (("baseline", base_precision, base), (knob, precision, fields)):
+                cid = case_id(model, seq, mb, p, optimizer, attention, f)
                 if cid in seen:
                     continue
                 seen.add(cid)
                 out.append((cid, name, {"model": model, **MODELS[model], "seq_len": seq, "micro_batch": mb,
-                                        "precision": precision, "optimizer": optimizer, "attention": attention,
-                                        **f}))
+                                        "precision": p, "optimizer": optimizer, "attention": attention, **f}))
     return out
 
 
@@ -192,7 +203,13 @@ def measure_recipe_case(case: dict, device: str = "fake") -> dict:
     lb, roles, model = run_logged(c, device)
     host = host_peak(lb, lb.marks[f"step{MEASURED_STEP}"], lb.marks[f"end{MEASURED_STEP}"])
     return {**c, **summarize(lb, roles, model), HOST_COLUMN: host, "measure_device": MEASURE_DEVICE[device],
-            **versions()}
+            **versions(), "torchao_version": _torchao_version() if c["precision"] == "fp8" else ""}
+
+
+def _torchao_version() -> str:
+    import torchao
+
+    return torchao.__version__
 
 
 def host_peak(lb, start: int, end: int) -> int:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from engine.checks.measure import loss_chunked, loss_fused_linear, recipe_optim
 
-AMP_DTYPE = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+AMP_DTYPE = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: recipe_fp8
 HALF_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
