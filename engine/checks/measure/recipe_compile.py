@@ -28,6 +28,7 @@ from engine.checks.measure.case import resolve
 from engine.checks.measure.cuda_semantics import cuda_semantics
 from engine.checks.measure.train import HALF_DTYPE, autocast_context
 
+
 class _Stop(Exception):
     """Raised from ``inner_compile`` once the forward graph is captured: nothing is generated or run."""
 
@@ -39,10 +40,10 @@ def saved_by_partition(fn, args: tuple, kwargs: dict, attention: str, precision:
     def inner(gm, example_inputs, **kw):
         if kw.get("is_backward"):
             return gm.forward
-        key = lambda v: v.untyped_storage()._cdata  # noqa: E731 (views share their base's storage)
+        key = lambda v: v.untyped_storage()._cdata
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         names = dict(zip(placeholders, dynamo_inputs))  # AOT's primals are dynamo's graph inputs, in order
-        is_param = lambda n: "_parameters_" in names.get(n, "") or "_buffers_" in names.get(n, "")  # noqa: E731
+        is_param = lambda n: "_parameters_" in names.get(n, "") or "_buffers_" in names.get(n, "")
         tensors = [n for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
         params = {key(n.meta["val"]) for n in tensors if is_param(n)}
         inputs = {key(n.meta["val"]): names.get(n, n.name) for n in tensors if not is_param(n)}
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, tokens = part(case, a.seq_len)
         print(f"{title}: saved for backward under torch.compile (Inductor partition), {tokens} tokens")
         for name, shape, dtype, n in rows:
-            print(f"  {name:<24}{str(shape):<24}{dtype:<10}{n:>14,} B")
+            print(f"  {name:<24}{shape!s:<24}{dtype:<10}{n:>14,} B")
         slope, fixed = per_token(part, case, a.seq_len)
         print(f"  {tokens} and {2 * tokens} tokens: {slope:,.2f} B/token + {fixed:,} B fixed (weight casts)")
 
