@@ -11,14 +11,15 @@ import pyarrow as pa
 
 from engine.dataset.chunks import Chunk
 from engine.inputs.codes import CHOICES, INVALID_REASONS, Invalid, names
-from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, DEVICE_COLUMNS, NULL, OUTPUTS, STEP_COLUMNS
+from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, DEVICE_COLUMNS, NULL, OUTPUTS, RANK_COLUMNS, STEP_COLUMNS
 
 REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
 # `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
 # component (about half the bytes; breakdown-style queries need full rows).
-# Columns that may hold NULL: what needs a runnable layout (and invalid_reason, NULL on valid rows). The others
-# are declared non-nullable in the Parquet schema, which spares the writer a definition level per value.
-NULLABLE = (set(STEP_COLUMNS) | set(DEVICE_COLUMNS)) - {"valid"}
+# Columns that may hold NULL: what needs a runnable layout, the model states of a configuration too large to
+# count (invalid_reason TOO_LARGE), invalid_reason on valid rows. The others are declared non-nullable in the
+# Parquet schema, which spares the writer a definition level per value.
+NULLABLE = (set(RANK_COLUMNS) | set(STEP_COLUMNS) | set(DEVICE_COLUMNS)) - {"valid"}
 COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "usable_bytes", "fits", "bottleneck",
                    "valid", "invalid_reason"]
 

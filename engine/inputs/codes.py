@@ -143,6 +143,7 @@ class Invalid(IntEnum):
     TOP_K = 12
     NO_DIMS = 13
     ZERO_ONE_REPLICA = 14
+    TOO_LARGE = 15
 
 
 INVALID_REASONS = {
@@ -161,6 +162,7 @@ INVALID_REASONS = {
     Invalid.TOP_K: "top_k exceeds n_experts",
     Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
     Invalid.ZERO_ONE_REPLICA: "zero_stage > 0 with one data-parallel replica shards nothing: it is zero_stage 0",
+    Invalid.TOO_LARGE: "its bytes exceed 2^62 (beyond any GPU, and beyond what a 64-bit count can hold)",
 }
 
 # The CONFIG.md strings of each categorical column, in code order.

@@ -24,6 +24,7 @@ from engine.inputs.vocabulary import (
 from engine.model import catalog
 from engine.model.params import param_count
 from engine.model.split import degrees
+from engine.model.validity import model_magnitude_ok
 
 MODEL_FIELD_NAMES = [f.name for f in MODEL_FIELDS]
 
@@ -91,7 +92,8 @@ def normalize_model(rec) -> None:
     if rec.n_heads > 0:
         rec.n_kv_heads = rec.n_kv_heads or rec.n_heads
         rec.head_dim = rec.head_dim or rec.d_model // rec.n_heads
-    rec.n_params = param_count(rec)  # the published count, or the dims' own
+    if model_magnitude_ok(rec):  # else the row is invalid (too large) and the count is never made
+        rec.n_params = param_count(rec)  # the published count, or the dims' own
 
 
 def check_ranges(rec) -> None:

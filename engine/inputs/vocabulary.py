@@ -24,9 +24,9 @@ from engine.inputs.field import Field
 from engine.inputs.model_fields import MODEL_FIELDS
 
 WORKLOAD_FIELDS = [
-    Field("seq_len", "int", 2048, "tokens per sample", low=1),
-    Field("micro_batch", "int", 1, "samples per GPU per forward pass", low=1),
-    Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)", low=1),
+    Field("seq_len", "int", 2048, "tokens per sample", low=1, high=2**31),
+    Field("micro_batch", "int", 1, "samples per GPU per forward pass", low=1, high=2**20),
+    Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)", low=1, high=2**20),
 ]
 
 METHOD_FIELDS = [
@@ -34,14 +34,14 @@ METHOD_FIELDS = [
     Field("optimizer", codes.Optimizer, codes.Optimizer.ADAMW, "optimizer"),
     Field("framework", codes.Framework, codes.Framework.PYTORCH, "whose buffer conventions apply"),
     Field("checkpointing", codes.Ckpt, codes.Ckpt.NONE, "activation recomputation"),
-    Field("dropout", "float", 0.0, "dropout probability in the model"),
+    Field("dropout", "float", 0.0, "dropout probability in the model", low=0.0, high=0.99),
     Field("attention", codes.Attn, codes.Attn.FLASH, "whether the s^2 scores are kept"),
-    Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank", low=0),
+    Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank", low=0, high=2**20),
     Field("lora_targets", codes.LoraTargets, codes.LoraTargets.ALL_LINEAR, "adapted linear layers"),
     Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized"),
     Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
     Field("paged", "bool", False, "paged optimizer (bitsandbytes): states may spill to host"),
-    Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)"),
+    Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)", low=0.01, high=1024.0),
 ]
 
 # CONFIG.md "Training recipe": how the framework runs the step. Defaults are plain PyTorch's.
@@ -49,8 +49,8 @@ RECIPE_FIELDS = [
     Field("optimizer_impl", codes.OptimizerImpl, codes.OptimizerImpl.FOREACH, "how torch.optim runs the step: foreach (state-sized intermediates), fused, forloop"),
     Field("optimizer_in_backward", "bool", False, "each parameter's step runs in its gradient hook; its gradient is freed at once (torchtune optimizer_in_bwd)"),
     Field("loss_impl", codes.LossImpl, codes.LossImpl.STANDARD, "standard (whole fp32 logits), chunked (torchtune), fused_linear (Liger, Cut Cross-Entropy)"),
-    Field("loss_chunks", "int", 8, "token slices for loss_impl = chunked", low=1),
-    Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)", low=1),
+    Field("loss_chunks", "int", 8, "token slices for loss_impl = chunked", low=1, high=2**20),
+    Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)", low=1, high=2**20),
     Field("activation_offload", "bool", False, "saved activations move to host RAM and come back layer by layer"),
     Field("compile", "bool", False, "torch.compile over the model: fused elementwise kernels keep fewer intermediates"),
     Field("zero_grad", codes.ZeroGrad, codes.ZeroGrad.NONE, "none: gradients freed after each step; zeros: kept allocated"),
@@ -58,19 +58,19 @@ RECIPE_FIELDS = [
 ]
 
 LAYOUT_FIELDS = [
-    Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)", low=0),
-    Field("tp", "int", 1, "tensor parallel", low=1),
-    Field("pp", "int", 1, "pipeline parallel", low=1),
-    Field("cp", "int", 1, "context parallel", low=1),
-    Field("ep", "int", 1, "expert parallel", low=1),
-    Field("dp", "int", 0, "data parallel (0 = n_gpus / (tp * pp * cp))", low=0),
+    Field("n_gpus", "int", 0, "total GPUs (0 = dp * tp * pp * cp)", low=0, high=2**24),
+    Field("tp", "int", 1, "tensor parallel", low=1, high=2**12),
+    Field("pp", "int", 1, "pipeline parallel", low=1, high=2**12),
+    Field("cp", "int", 1, "context parallel", low=1, high=2**12),
+    Field("ep", "int", 1, "expert parallel", low=1, high=2**12),
+    Field("dp", "int", 0, "data parallel (0 = n_gpus / (tp * pp * cp))", low=0, high=2**24),
     Field("sp", "bool", False, "sequence parallel (with tp)"),
     Field("zero_stage", "int", 0, "ZeRO stage 0-3 (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2)", low=0, high=3),
     Field("pp_schedule", codes.PPSchedule, codes.PPSchedule.ONE_F_ONE_B, "pipeline schedule"),
-    Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)", low=1),
-    Field("pp_first_layers", "int", 0, "layers on the first pipeline stage (0 = split as evenly as possible)", low=0),
-    Field("pp_last_layers", "int", 0, "layers on the last pipeline stage (0 = split as evenly as possible)", low=0),
-    Field("headroom", "float", 0.10, "fraction of GPU memory kept free when deciding fits"),
+    Field("vpp", "int", 1, "virtual stages per pipeline rank (interleaved)", low=1, high=2**10),
+    Field("pp_first_layers", "int", 0, "layers on the first pipeline stage (0 = split as evenly as possible)", low=0, high=2**31),
+    Field("pp_last_layers", "int", 0, "layers on the last pipeline stage (0 = split as evenly as possible)", low=0, high=2**31),
+    Field("headroom", "float", 0.10, "fraction of GPU memory kept free when deciding fits", low=0.0, high=0.99),
 ]
 
 # The model and GPU are named by catalog keys; the record carries their row ids and attributes.
@@ -81,11 +81,11 @@ NAME_FIELDS = [
 
 # The GPU's attributes: from the catalog (data/gpus.toml, data/overheads.toml) unless a case gives them.
 GPU_FIELDS = [
-    Field("capacity_bytes", "int", 0, "the GPU's memory in bytes (0 = the catalog's)", low=0),
-    Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0),
-    Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0),
-    Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0),
-    Field("host_ram_bytes", "int", 0, "host RAM per GPU for offload (0 = the catalog node's share)", low=0),
+    Field("capacity_bytes", "int", 0, "the GPU's memory in bytes (0 = the catalog's)", low=0, high=2**50),
+    Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0, high=2**50),
+    Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0, high=2**50),
+    Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0, high=2**50),
+    Field("host_ram_bytes", "int", 0, "host RAM per GPU for offload (0 = the catalog node's share)", low=0, high=2**56),
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 

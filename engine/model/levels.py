@@ -72,13 +72,16 @@ class Rank(NamedTuple):
 @formula
 def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
+    reason = layout_reason(c).value
+    if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
+        return Rank(RankColumns(NULL, NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
     columns = RankColumns(device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c), host_bytes(c))
     return Rank(
         columns,
-        layout_reason(c).value,
+        reason,
         params,
         trainable,
         block,
