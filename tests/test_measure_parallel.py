@@ -9,19 +9,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from engine.checks.measure import measure_case  # noqa: E402
-from engine.checks.measure.case import resolve  # noqa: E402
-from engine.checks.measure.moe import splits  # noqa: E402
-from engine.checks.measure.parallel_pipeline import stage_layers  # noqa: E402
-from engine.checks.measure.parallel_run import run_rank, summarize  # noqa: E402
-from engine.checks.measure.reference_set import MEASURED_COLUMNS  # noqa: E402
-from engine.errors import UserError  # noqa: E402
+from engine.checks.measure import measure_case
+from engine.checks.measure.case import resolve
+from engine.checks.measure.moe import splits
+from engine.checks.measure.parallel_pipeline import stage_layers
+from engine.checks.measure.parallel_run import run_rank, summarize
+from engine.checks.measure.reference_set import MEASURED_COLUMNS
+from engine.errors import UserError
 
 PARALLEL = Path(__file__).resolve().parent.parent / "data" / "measured" / "parallel.csv"
 # h=64, 4 heads, f=128, V=256, untied: per block 4*64*64 + 3*64*128 + 2*64 = 41,088; 2 blocks + 2*256*64 + 64
-TINY = dict(model="tiny-llama", n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab=256,
-            ffn_type="swiglu", tied_embeddings=False, seq_len=32, micro_batch=2, precision="fp32",
-            optimizer="adamw", attention="sdpa_math")
+TINY = {"model": "tiny-llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "d_ff": 128, "vocab": 256,
+            "ffn_type": "swiglu", "tied_embeddings": False, "seq_len": 32, "micro_batch": 2, "precision": "fp32",
+            "optimizer": "adamw", "attention": "sdpa_math"}
 TINY_PARAMS = 2 * 41_088 + 2 * 256 * 64 + 64  # 115,008
 ROTARY_BYTES = 2 * 8 * 4  # inv_freq and original_inv_freq: head_dim / 2 fp32 each, on every rank
 TINY_MOE = {**TINY, "model": "tiny-mixtral", "n_experts": 4, "top_k": 2, "moe_d_ff": 32, "d_ff": 32}
@@ -87,10 +87,10 @@ def test_loss_parallel_keeps_only_vocab_shards_of_the_logits():
 
 
 @pytest.mark.parametrize("layout, expected", [
-    (dict(n_layers=10, pp=4, vpp=1, pp_first_layers=0, pp_last_layers=0), [3, 3, 2, 2]),
-    (dict(n_layers=10, pp=4, vpp=1, pp_first_layers=1, pp_last_layers=0), [1, 3, 3, 3]),
-    (dict(n_layers=24, pp=4, vpp=1, pp_first_layers=5, pp_last_layers=5), [5, 7, 7, 5]),
-    (dict(n_layers=24, pp=4, vpp=2, pp_first_layers=0, pp_last_layers=0), [3] * 8),
+    ({"n_layers": 10, "pp": 4, "vpp": 1, "pp_first_layers": 0, "pp_last_layers": 0}, [3, 3, 2, 2]),
+    ({"n_layers": 10, "pp": 4, "vpp": 1, "pp_first_layers": 1, "pp_last_layers": 0}, [1, 3, 3, 3]),
+    ({"n_layers": 24, "pp": 4, "vpp": 1, "pp_first_layers": 5, "pp_last_layers": 5}, [5, 7, 7, 5]),
+    ({"n_layers": 24, "pp": 4, "vpp": 2, "pp_first_layers": 0, "pp_last_layers": 0}, [3] * 8),
 ])
 def test_pipeline_stage_layers(layout, expected):
     assert stage_layers(layout) == expected

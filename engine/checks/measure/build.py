@@ -89,11 +89,12 @@ def _moe_config(c: dict, arch: str):
         raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
     head_dim = c["head_dim"] or c["d_model"] // c["n_heads"]
     dense = list(range(c.get("first_dense_layers", 0)))
-    common = dict(
-        vocab_size=c["vocab"], hidden_size=c["d_model"], num_hidden_layers=c["n_layers"],
-        num_attention_heads=c["n_heads"], num_key_value_heads=c["n_kv_heads"], num_experts_per_tok=c["top_k"],
-        max_position_embeddings=max(c["seq_len"], 4096), tie_word_embeddings=c["tied_embeddings"],
-        attention_dropout=c["dropout"], use_cache=False, attn_implementation=ATTN_IMPLEMENTATION[c["attention"]])
+    common = {
+        "vocab_size": c["vocab"], "hidden_size": c["d_model"], "num_hidden_layers": c["n_layers"],
+        "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],
+        "num_experts_per_tok": c["top_k"], "max_position_embeddings": max(c["seq_len"], 4096),
+        "tie_word_embeddings": c["tied_embeddings"], "attention_dropout": c["dropout"], "use_cache": False,
+        "attn_implementation": ATTN_IMPLEMENTATION[c["attention"]]}
     if arch == "mixtral":
         cfg = tf.MixtralConfig(**common, intermediate_size=c["moe_d_ff"], num_local_experts=c["n_experts"])
     elif arch == "qwen2_moe":
@@ -141,11 +142,12 @@ def _llama_config(c: dict, arch: str):
 
     if c["n_positions"]:
         raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
-    common = dict(
-        vocab_size=c["vocab"], hidden_size=c["d_model"], intermediate_size=c["d_ff"],
-        num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"], num_key_value_heads=c["n_kv_heads"],
-        max_position_embeddings=max(c["seq_len"], 2048), tie_word_embeddings=c["tied_embeddings"],
-        attention_dropout=c["dropout"], use_cache=False, attn_implementation=ATTN_IMPLEMENTATION[c["attention"]])
+    common = {
+        "vocab_size": c["vocab"], "hidden_size": c["d_model"], "intermediate_size": c["d_ff"],
+        "num_hidden_layers": c["n_layers"], "num_attention_heads": c["n_heads"],
+        "num_key_value_heads": c["n_kv_heads"], "max_position_embeddings": max(c["seq_len"], 2048),
+        "tie_word_embeddings": c["tied_embeddings"], "attention_dropout": c["dropout"], "use_cache": False,
+        "attn_implementation": ATTN_IMPLEMENTATION[c["attention"]]}
     if arch == "qwen2":
         cfg = Qwen2Config(**common)
     else:

@@ -287,7 +287,7 @@ def tagging(lb: RankLiveBytes):
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
     from torch.distributed.pipelining import stage as pp_stage
 
-    name = lambda group, *args, **kwargs: fsdp_group_name(group)  # noqa: E731
+    name = lambda group, *args, **kwargs: fsdp_group_name(group)
     with ExitStack() as stack:
         stack.enter_context(patched(pg.FSDPParamGroup, "unshard", _tagged(lb, "fsdp_all_gather", name)))
         stack.enter_context(patched(pg.FSDPParamGroup, "wait_for_unshard", _tagged(lb, "fsdp_unsharded", name)))

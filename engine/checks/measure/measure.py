@@ -95,7 +95,7 @@ def run_logged(c: dict, device: str = "fake") -> tuple[LiveBytes, dict[str, set[
 
 def _roles(lb: LiveBytes, model: torch.nn.Module, opt) -> dict[str, set[int]]:
     """Record ids per role: weights, grads (``.grad`` now), optimizer state, autocast weight casts."""
-    ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}  # noqa: E731
+    ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}
     weights = ids([*model.parameters(), *model.buffers()])
     grads = ids([p.grad for p in model.parameters() if p.grad is not None])
     casts = {id(r) for r in lb.records  # autocast's casts (forward, or a checkpoint recompute in backward)
@@ -171,7 +171,8 @@ def measure_case(case: dict, device: str = "fake") -> dict:
         if device != "fake":
             raise UserError(f"multi-GPU layouts and experts are measured on device='fake' (one rank of a simulated "
                             f"world), not {device!r}")
-        from engine.checks.measure.parallel_run import run_rank, summarize as summarize_rank
+        from engine.checks.measure.parallel_run import run_rank
+        from engine.checks.measure.parallel_run import summarize as summarize_rank
 
         measured = summarize_rank(run_rank(c), c)
     elif device == "cuda":

@@ -299,13 +299,13 @@ def tp_layer_plan(c: dict, block) -> dict:
 def apply_tp(model, c: dict, mesh, blocks) -> None:
     """torchtitan's TP (+SP, + loss parallel) plan with ``parallelize_module`` on the Hugging Face Llama modules."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
     for block in blocks:
         parallelize_module(block, mesh, tp_layer_plan(c, block))
     sp, lp = c["sp"], c["loss_parallel"]
-    top = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
+    embed_out = Shard(1) if sp else Replicate()
+    top = {"model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=embed_out),
            "lm_head": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
                                       output_layouts=Shard(-1) if lp else Replicate(), use_local_output=not lp)}
     if sp:

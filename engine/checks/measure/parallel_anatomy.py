@@ -2,7 +2,8 @@
 
 Example:
     python -m engine.checks.measure.parallel_anatomy --row fsdp2_llama-400m-like_amp_bf16_s2048_b2_dp4_mp_r0
-    python -m engine.checks.measure.parallel_anatomy --row tp_hf_llama-3.1-8b-4l_amp_bf16_s4096_b1_tp8_hfplan_r0 --top 40
+    python -m engine.checks.measure.parallel_anatomy --row tp_hf_llama-3.1-8b-4l_amp_bf16_s4096_b1_tp8_hfplan_r0 \\
+        --top 40
 
 The case comes from reference_parallel's list (``--row``) or from ``--json``. Tags name what allocated a buffer
 (distributed.tagging): ``fsdp_unsharded@model.layers.3`` (FSDP2's gathered parameters of that group),

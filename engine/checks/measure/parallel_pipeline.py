@@ -160,7 +160,7 @@ def build_stages(model, c: dict, rank: int, materialize, autocast):
         first, last = i == 0, i == n_stages - 1
         mod = StageModule(model, bounds[i], bounds[i + 1], first, last, autocast)
         materialize(mod)
-        act = lambda: torch.empty(b, s, h, dtype=act_dtype)  # noqa: E731
+        act = lambda: torch.empty(b, s, h, dtype=act_dtype)
         inp = torch.randint(0, V, (b, s)) if first else act().requires_grad_()  # its gradient goes back a stage
         out = torch.empty(b, s, V, dtype=logit_dtype) if last else act()
         st = PipelineStage(mod, i, n_stages, torch.device("cpu"), input_args=(inp,), output_args=(out,),

@@ -27,11 +27,11 @@ from engine.checks.measure import breakdown, recipes
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
 from engine.checks.measure.distributed import (
+    BUFFER_KINDS,
     RankLiveBytes,
     TrackedFakeMode,
     fake_world,
     host_meshes,
-    BUFFER_KINDS,
     kind,
     local,
     offload_copies,
@@ -258,7 +258,7 @@ def _on_host(lb, roles: dict[str, set[int]], params) -> None:
 def _roles(lb, params, module, opt) -> dict[str, set[int]]:
     """Record ids per role, as ``measure._roles`` but on the local tensors this rank holds; the tagged
     framework buffers are never autocast weight casts."""
-    ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}  # noqa: E731
+    ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}
     weights = ids([local(p) for p in params] + list(module.buffers()))
     grads = ids([local(p.grad) for p in params if p.grad is not None])
     casts = {id(r) for r in lb.records

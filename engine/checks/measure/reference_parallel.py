@@ -21,7 +21,8 @@ import tempfile
 import time
 import warnings
 
-from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS, MODELS as SINGLE_GPU_MODELS
+from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS
+from engine.checks.measure.reference_set import MODELS as SINGLE_GPU_MODELS
 
 # Published dims (Hugging Face config.json); "-like" = the model's dims under our name, "-Nl" = its first N
 # layers only (a layer of a large model at its real width; embeddings and head whole).
@@ -30,32 +31,35 @@ MODELS = {
     "tinyllama-1.1b-like": SINGLE_GPU_MODELS["tinyllama-1.1b-like"],
     "llama-3.2-1b-like": SINGLE_GPU_MODELS["llama-3.2-1b-like"],
     "qwen2.5-0.5b-like": SINGLE_GPU_MODELS["qwen2.5-0.5b-like"],
-    "llama-3.1-8b-4l": dict(n_layers=4, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, vocab=128256,
-                            ffn_type="swiglu", tied_embeddings=False),
-    "llama-3.1-70b-2l": dict(n_layers=2, d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672, vocab=128256,
-                             ffn_type="swiglu", tied_embeddings=False),
+    "llama-3.1-8b-4l": {"n_layers": 4, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336,
+                        "vocab": 128256, "ffn_type": "swiglu", "tied_embeddings": False},
+    "llama-3.1-70b-2l": {"n_layers": 2, "d_model": 8192, "n_heads": 64, "n_kv_heads": 8, "d_ff": 28672,
+                         "vocab": 128256, "ffn_type": "swiglu", "tied_embeddings": False},
     # Mixtral-8x7B: every block MoE, experts of intermediate_size (d_ff repeats it: no dense layer uses it).
-    "mixtral-8x7b-2l": dict(n_layers=2, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, vocab=32000,
-                            ffn_type="swiglu", tied_embeddings=False, n_experts=8, top_k=2, moe_d_ff=14336),
+    "mixtral-8x7b-2l": {"n_layers": 2, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336,
+                        "vocab": 32000, "ffn_type": "swiglu", "tied_embeddings": False, "n_experts": 8, "top_k": 2,
+                        "moe_d_ff": 14336},
     # Qwen1.5-MoE-A2.7B: 60 experts of 1408, top-4, one gated shared expert of 5632 = 4 x 1408, q/k/v biases.
-    "qwen1.5-moe-a2.7b-4l": dict(n_layers=4, d_model=2048, n_heads=16, n_kv_heads=16, d_ff=5632, vocab=151936,
-                                 ffn_type="swiglu", tied_embeddings=False, linear_bias="qkv", n_experts=60,
-                                 top_k=4, moe_d_ff=1408, n_shared_experts=4, shared_expert_gate=True),
+    "qwen1.5-moe-a2.7b-4l": {"n_layers": 4, "d_model": 2048, "n_heads": 16, "n_kv_heads": 16, "d_ff": 5632,
+                             "vocab": 151936, "ffn_type": "swiglu", "tied_embeddings": False, "linear_bias": "qkv",
+                             "n_experts": 60, "top_k": 4, "moe_d_ff": 1408, "n_shared_experts": 4,
+                             "shared_expert_gate": True},
     # Qwen3-30B-A3B: 128 experts of 768, top-8, q/k RMSNorm per head, head_dim 128.
-    "qwen3-30b-a3b-4l": dict(n_layers=4, d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128, d_ff=6144,
-                             vocab=151936, ffn_type="swiglu", tied_embeddings=False, n_experts=128, top_k=8,
-                             moe_d_ff=768, qk_norm=True),
+    "qwen3-30b-a3b-4l": {"n_layers": 4, "d_model": 2048, "n_heads": 32, "n_kv_heads": 4, "head_dim": 128,
+                         "d_ff": 6144, "vocab": 151936, "ffn_type": "swiglu", "tied_embeddings": False,
+                         "n_experts": 128, "top_k": 8, "moe_d_ff": 768, "qk_norm": True},
     # DeepSeek-V2-Lite's dims on DeepseekV3ForCausalLM: MLA (kv_lora 512, no q_lora, rope 64, nope 128, v 128),
     # 64 routed experts of 1408 top-6, 2 shared experts, the first layer dense (10944).
-    "deepseek-v2-lite-4l": dict(n_layers=4, d_model=2048, n_heads=16, n_kv_heads=16, head_dim=128, d_ff=10944,
-                                vocab=102400, ffn_type="swiglu", tied_embeddings=False, n_experts=64, top_k=6,
-                                moe_d_ff=1408, n_shared_experts=2, first_dense_layers=1, kv_lora_rank=512,
-                                qk_rope_head_dim=64, v_head_dim=128),
+    "deepseek-v2-lite-4l": {"n_layers": 4, "d_model": 2048, "n_heads": 16, "n_kv_heads": 16, "head_dim": 128,
+                            "d_ff": 10944, "vocab": 102400, "ffn_type": "swiglu", "tied_embeddings": False,
+                            "n_experts": 64, "top_k": 6, "moe_d_ff": 1408, "n_shared_experts": 2,
+                            "first_dense_layers": 1, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "v_head_dim": 128},
 }
 
 MP = {"fsdp_param_dtype": "bfloat16", "fsdp_reduce_dtype": "float32"}  # FSDP2 MixedPrecisionPolicy
 FSDP3 = {"framework": "fsdp", "zero_stage": 3}
 FSDP2 = {"framework": "fsdp", "zero_stage": 2}
+OFFLOAD = {"offload": "optimizer_params"}  # FSDP2 CPUOffloadPolicy
 
 # (family, model, seq_len, micro_batch, precision, layout and harness fields, ranks measured)
 CASES = [
@@ -88,12 +92,13 @@ CASES = [
     ("fsdp2_ckpt", "llama-3.2-1b-like", 8192, 1, "amp_bf16", {"dp": 4, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
     ("fsdp2_ckpt", "qwen2.5-0.5b-like", 4096, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
     ("fsdp2_ckpt", "llama-3.1-8b-4l", 8192, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
-    ("fsdp2_ckpt", "tinyllama-1.1b-like", 4096, 1, "amp_bf16", {"dp": 4, **FSDP2, **MP, "checkpointing": "full"}, (0,)),
-    ("fsdp2_offload", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, "offload": "optimizer_params"}, (0,)),
-    ("fsdp2_offload", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 8, **FSDP3, **MP, "offload": "optimizer_params"}, (0,)),
+    ("fsdp2_ckpt", "tinyllama-1.1b-like", 4096, 1, "amp_bf16",
+     {"dp": 4, **FSDP2, **MP, "checkpointing": "full"}, (0,)),
+    ("fsdp2_offload", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, **OFFLOAD}, (0,)),
+    ("fsdp2_offload", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 8, **FSDP3, **MP, **OFFLOAD}, (0,)),
     ("fsdp2_offload", "llama-3.2-1b-like", 2048, 1, "amp_bf16",
-     {"dp": 4, **FSDP3, **MP, "offload": "optimizer_params", "checkpointing": "full"}, (0,)),
-    ("fsdp2_offload", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP, "offload": "optimizer_params"}, (0,)),
+     {"dp": 4, **FSDP3, **MP, **OFFLOAD, "checkpointing": "full"}, (0,)),
+    ("fsdp2_offload", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP, **OFFLOAD}, (0,)),
     ("tp", "llama-400m-like", 2048, 2, "amp_bf16", {"tp": 2}, (0,)),
     ("tp", "tinyllama-1.1b-like", 2048, 1, "amp_bf16", {"tp": 4}, (0,)),
     ("tp", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"tp": 8}, (0,)),
@@ -105,7 +110,8 @@ CASES = [
     ("tp_sp", "llama-3.1-70b-2l", 2048, 1, "bf16", {"tp": 8, "sp": True}, (0,)),
     ("tp_sp", "tinyllama-1.1b-like", 4096, 2, "amp_bf16", {"tp": 4, "sp": True, "checkpointing": "full"}, (0,)),
     ("tp_loss_parallel", "llama-400m-like", 2048, 2, "amp_bf16", {"tp": 2, "sp": True, "loss_parallel": True}, (0,)),
-    ("tp_loss_parallel", "tinyllama-1.1b-like", 2048, 1, "amp_bf16", {"tp": 4, "sp": True, "loss_parallel": True}, (0,)),
+    ("tp_loss_parallel", "tinyllama-1.1b-like", 2048, 1, "amp_bf16",
+     {"tp": 4, "sp": True, "loss_parallel": True}, (0,)),
     ("tp_loss_parallel", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"tp": 8, "sp": True, "loss_parallel": True}, (0,)),
     ("tp_loss_parallel", "llama-3.1-70b-2l", 2048, 1, "bf16", {"tp": 8, "sp": True, "loss_parallel": True}, (0,)),
     ("tp_loss_parallel", "tinyllama-1.1b-like", 2048, 1, "amp_bf16", {"tp": 4, "loss_parallel": True}, (0,)),
@@ -126,7 +132,8 @@ CASES = [
     ("cp", "tinyllama-1.1b-like", 8192, 1, "amp_bf16", {"cp": 4, **FSDP3, **MP}, (0,)),
     ("cp", "llama-3.1-8b-4l", 8192, 1, "amp_bf16", {"dp": 2, "cp": 2, **FSDP3, **MP}, (0,)),
     ("cp", "llama-3.2-1b-like", 8192, 1, "amp_bf16", {"cp": 2, **FSDP3, **MP}, (0,)),
-    ("cp", "tinyllama-1.1b-like", 4096, 2, "amp_bf16", {"dp": 2, "cp": 2, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
+    ("cp", "tinyllama-1.1b-like", 4096, 2, "amp_bf16",
+     {"dp": 2, "cp": 2, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
     ("pp_1f1b", "llama-400m-like", 2048, 1, "bf16", {"pp": 4, "grad_accum": 8}, (0, 3)),
     ("pp_1f1b", "llama-400m-like", 2048, 2, "amp_bf16", {"pp": 2, "grad_accum": 4}, (0, 1)),
     ("pp_1f1b", "llama-3.1-8b-4l", 4096, 1, "bf16", {"pp": 4, "grad_accum": 4}, (0, 3)),
