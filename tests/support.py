@@ -20,7 +20,8 @@ def config(**overrides):
 def outputs(c) -> dict[str, int]:
     """Every output column of one record, by name, from the scalar reference (levels.evaluate_one)."""
     r, s, g, d = evaluate_one(c)
-    return {**r.columns._asdict(), **s.columns._asdict(), **g.columns._asdict(), **d.columns._asdict()}
+    return {**r.columns._asdict(), **s.columns._asdict(), **g.columns._asdict(), **d.columns._asdict(),
+            **d.times._asdict()}
 
 
 def reference(formula):

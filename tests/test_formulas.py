@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.model.stage import layer_activation_bytes
 from engine.model.levels import rank_terms
 from engine.model.params import param_count
 from engine.model.peak import peak
+from engine.model.stage import layer_activation_bytes
 from engine.model.states import (
     device_grad_bytes,
     device_optimizer_bytes,
@@ -14,6 +14,7 @@ from engine.model.states import (
 )
 from engine.model.temporaries import optimizer_step_bytes
 from tests.support import config, outputs
+
 
 def layer_bytes(c, moe=False):
     """One layer's activations for one micro-batch."""

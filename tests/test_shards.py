@@ -16,9 +16,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from engine.dataset.shards import plan_shards, sweep_shard
-from engine.dataset.verify import verify_dataset
 from engine.dataset.store import PartWriter
 from engine.dataset.sweep import run_sweep, shard_range
+from engine.dataset.verify import verify_dataset
 
 SPEC = """\
 title = "memsim shard test: 19,440 configurations"

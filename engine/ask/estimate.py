@@ -9,7 +9,7 @@ from engine.dataset.columns import output_columns
 from engine.errors import UserError
 from engine.inputs.resolve import resolve_cases
 from engine.inputs.vocabulary import INPUT_FIELDS, arrow_column, check_columns
-from engine.model.kernel import evaluate_named
+from engine.model.kernel import evaluate
 from engine.model.outputs import OUTPUTS
 
 INPUT_COLUMNS = [f.name for f in INPUT_FIELDS if f.name not in OUTPUTS]  # capacity_bytes is an output
@@ -36,7 +36,7 @@ def read_cases(path: str | Path) -> list[dict]:
 def estimate_table(rows: list[dict]) -> pa.Table:
     """Resolved inputs (CONFIG.md names) followed by every output column, one row per case."""
     records, models, gpus = resolve_cases(rows)
-    out = evaluate_named(records)
+    out = evaluate(records)
     columns = {"model": pa.array(models).dictionary_encode(), "gpu": pa.array(gpus).dictionary_encode()}
     for name in INPUT_COLUMNS[2:]:
         columns[name] = arrow_column(name, records[name])

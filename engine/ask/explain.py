@@ -34,6 +34,13 @@ COMPONENT_LABELS = {
 }
 
 
+def python_value(v):
+    """A kernel output as a Python number: int64 columns as int, time columns as float (None when NaN)."""
+    if isinstance(v, np.floating):
+        return None if np.isnan(v) else float(v)
+    return int(v)
+
+
 def evaluate_cases(cases: list[dict]) -> list[dict]:
     """Every output of each configuration, as {column: value} with its resolved record and labels, evaluated in
     one batch; a case the inputs reject (e.g. an odd GPU count) comes back as None."""
@@ -51,7 +58,7 @@ def evaluate_cases(cases: list[dict]) -> list[dict]:
             results.append(None)
             continue
         rec, model, gpu = r
-        results.append({"record": rec, "model": model, "gpu": gpu, **{n: int(out[q, k]) for q, n in enumerate(OUTPUTS)}})
+        results.append({"record": rec, "model": model, "gpu": gpu, **{n: python_value(v[k]) for n, v in out.items()}})
         k += 1
     return results
 
@@ -60,7 +67,7 @@ def evaluate_case(case: dict) -> dict:
     """Every output of one configuration (its input errors raise)."""
     rec, model, gpu = resolve_case(case)
     out = evaluate(np.array([rec], dtype=RECORD))
-    return {"record": rec, "model": model, "gpu": gpu, **{n: int(out[q, 0]) for q, n in enumerate(OUTPUTS)}}
+    return {"record": rec, "model": model, "gpu": gpu, **{n: python_value(v[0]) for n, v in out.items()}}
 
 
 def breakdown(result: dict) -> list[tuple[str, int]]:
@@ -193,6 +200,7 @@ def render(result: dict) -> str:
     lines.append(f"FITS with {margin:.2f} GiB to spare" if result["fits"] else f"DOES NOT FIT: {-margin:.2f} GiB over budget")
     if result["host_bytes"]:
         lines.append(f"host RAM for offload: {result['host_bytes'] / GIB:.2f} GiB per GPU")
+    lines.append(time_line(result["outputs"]))
     if result["suggestions"]:
         lines += ["", "what to change (one at a time):"]
         for s in result["suggestions"]:
@@ -202,6 +210,15 @@ def render(result: dict) -> str:
         for i, s in enumerate(result["plan"], 1):
             lines.append(f"  {i}. {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
     return "\n".join(lines)
+
+
+def time_line(out: dict) -> str:
+    """Step time, throughput, MFU and cost in one line (engine/model/time.py); what the catalog cannot price, said."""
+    if out["step_time_s"] is None:
+        return "time: unknown (no FLOP rate for this GPU)"
+    cost = f"${out['cost_per_mtok']:.2f} per million tokens" if out["cost_per_mtok"] is not None else "no catalog price"
+    return (f"step {out['step_time_s']:.2f} s, {out['tokens_per_gpu_s']:,.0f} tokens/s per GPU, "
+            f"MFU {100 * out['mfu']:.0f}%, {cost}")
 
 
 def verdict(step: dict) -> str:

@@ -10,7 +10,7 @@ EXAMPLE = "Example:\n  memsim validate --set measured --markdown"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=["all", "published", "measured"], default="all")
+    p.add_argument("--set", choices=["all", "published", "measured", "throughput"], default="all")
     p.add_argument("--markdown", action="store_true", help="the README's table")
     p.set_defaults(run=run)
 
@@ -23,6 +23,10 @@ def run(args) -> None:
         results += validate.golden_results()
     if args.set in ("all", "measured"):
         results += validate.measured_results()
+    if args.set in ("all", "throughput"):
+        from engine.checks.throughput import throughput_results
+
+        results += throughput_results()
     print(validate.markdown(results) if args.markdown else validate.render(results))
     failed = [r["case_id"] for r in results if r["ok"] is False]
     measured = validate.summary([r for r in results if r["group"].startswith("measured")])

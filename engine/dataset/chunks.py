@@ -16,7 +16,7 @@ import numpy as np
 from engine.inputs.grid import FIELD_INDEX, Grid
 from engine.inputs.vocabulary import RECORD
 from engine.model.kernel import UNSET
-from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS
+from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
 from engine.model.sweep_kernel import sweep_chunk
 
 RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
@@ -42,6 +42,7 @@ class Chunk:
     gpu: np.ndarray  # (len(GPU_COLUMNS), rank slots * rows_per_step)
     step: np.ndarray  # (len(STEP_COLUMNS), step slots)
     device: np.ndarray  # (len(DEVICE_COLUMNS), count)
+    times: np.ndarray  # (len(TIME_COLUMNS), count), float64
     rows_per_rank: int
     rows_per_step: int
 
@@ -77,6 +78,8 @@ class Chunk:
         """One output (or dp / n_gpus) for every row of the chunk (or every kept row), as int64."""
         if name in DEVICE_COLUMNS:
             return self.expand("device", self.device[DEVICE_COLUMNS.index(name)], rows)
+        if name in TIME_COLUMNS:
+            return self.expand("device", self.times[TIME_COLUMNS.index(name)], rows)
         if name in GPU_COLUMNS:
             return self.expand("gpu", self.gpu[GPU_COLUMNS.index(name)], rows)
         if name in STEP_COLUMNS:
@@ -135,14 +138,15 @@ class SweepKernel:
             buffers = (np.full((len(RANK_ROWS), rank_slots), UNSET, dtype=np.int64),
                        np.full((len(GPU_COLUMNS), rank_slots * self.rows_per_step), UNSET, dtype=np.int64),
                        np.full((len(STEP_COLUMNS), self.slots(count, self.rows_per_step)), UNSET, dtype=np.int64),
-                       np.full((len(DEVICE_COLUMNS), count), UNSET, dtype=np.int64))
+                       np.full((len(DEVICE_COLUMNS), count), UNSET, dtype=np.int64),
+                       np.full((len(TIME_COLUMNS), count), np.inf))
             self.buffers[self.turn] = buffers
         n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
         n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
         rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
-        step, device = buffers[2][:, :n_step], buffers[3][:, :count]
+        step, device, times = buffers[2][:, :n_step], buffers[3][:, :count], buffers[4][:, :count]
         if count:
             sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
                         self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
-                        rank, gpu, step, device)
-        return Chunk(self.grid, start, count, rank, gpu, step, device, self.rows_per_rank, self.rows_per_step)
+                        rank, gpu, step, device, times)
+        return Chunk(self.grid, start, count, rank, gpu, step, device, times, self.rows_per_rank, self.rows_per_step)

@@ -11,7 +11,16 @@ import pyarrow as pa
 
 from engine.dataset.chunks import Chunk
 from engine.inputs.codes import CHOICES, INVALID_REASONS, Invalid, names
-from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, DEVICE_COLUMNS, NULL, OUTPUTS, RANK_COLUMNS, STEP_COLUMNS
+from engine.model.outputs import (
+    BOOL_COLUMNS,
+    CODE_COLUMNS,
+    DEVICE_COLUMNS,
+    NULL,
+    OUTPUTS,
+    RANK_COLUMNS,
+    STEP_COLUMNS,
+    TIME_COLUMNS,
+)
 
 REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
 # `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
@@ -19,9 +28,9 @@ REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
 # Columns that may hold NULL: what needs a runnable layout, the model states of a configuration too large to
 # count (invalid_reason TOO_LARGE), invalid_reason on valid rows. The others are declared non-nullable in the
 # Parquet schema, which spares the writer a definition level per value.
-NULLABLE = (set(RANK_COLUMNS) | set(STEP_COLUMNS) | set(DEVICE_COLUMNS)) - {"valid"}
+NULLABLE = (set(RANK_COLUMNS) | set(STEP_COLUMNS) | set(DEVICE_COLUMNS) | set(TIME_COLUMNS)) - {"valid"}
 COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "usable_bytes", "fits", "bottleneck",
-                   "valid", "invalid_reason"]
+                   "valid", "invalid_reason", "tokens_per_gpu_s", "cost_per_mtok"]
 
 
 def categorical(codes: np.ndarray, spellings: list[str], nulls: np.ndarray | None = None) -> pa.Array:
@@ -31,6 +40,9 @@ def categorical(codes: np.ndarray, spellings: list[str], nulls: np.ndarray | Non
 
 def output_column(name: str, values: np.ndarray) -> pa.Array:
     """One output for every row (int64 codes and bytes, NULL = -1) as its CONFIG.md column."""
+    if name in TIME_COLUMNS:  # float: NaN is NULL
+        nan = np.isnan(values)
+        return pa.array(values, mask=nan if nan.any() else None)
     nulls = values == NULL
     mask = nulls if nulls.any() else None
     if name == "invalid_reason":  # NULL on rows that can run

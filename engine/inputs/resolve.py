@@ -54,6 +54,13 @@ def gpu_attributes(entry: dict) -> dict:
         "cublas_workspace_bytes": arch["cublas_workspace_bytes"],
         "nccl_buffer_bytes": arch["nccl_buffer_bytes"],
         "host_ram_bytes": host // per_node if per_node else 0,
+        "bf16_tflops": float(entry.get("bf16_tflops") or entry.get("fp16_tflops") or 0.0),
+        "fp8_tflops": float(entry.get("fp8_tflops") or 0.0),
+        "matmul_tflops_achievable": float(entry.get("matmul_tflops_achievable") or 0.0),
+        "intra_node_bytes_per_s": float(entry.get("intra_node_bytes_per_s") or 0.0),
+        "inter_node_bytes_per_s": float(entry.get("inter_node_bytes_per_s") or 0.0),
+        "gpus_per_node": int(per_node),
+        "usd_per_hour": float(entry.get("usd_per_hour") or 0.0),
     }
 
 

@@ -86,6 +86,14 @@ GPU_FIELDS = [
     Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0, high=2**50),
     Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0, high=2**50),
     Field("host_ram_bytes", "int", 0, "host RAM per GPU for offload (0 = the catalog node's share)", low=0, high=2**56),
+    # For time and cost (engine/model/time.py): 0 = the catalog's.
+    Field("bf16_tflops", "float", 0.0, "dense bf16 tensor-core peak, TFLOP/s (fp16 where the GPU has no bf16)", low=0.0, high=1e6),
+    Field("fp8_tflops", "float", 0.0, "dense fp8 tensor-core peak, TFLOP/s (0: no fp8)", low=0.0, high=1e6),
+    Field("matmul_tflops_achievable", "float", 0.0, "measured achievable bf16 matmul TFLOP/s (0: 80% of the peak)", low=0.0, high=1e6),
+    Field("intra_node_bytes_per_s", "float", 0.0, "per-GPU collective bandwidth within a node (NVLink, xGMI, PCIe)", low=0.0, high=1e15),
+    Field("inter_node_bytes_per_s", "float", 0.0, "per-GPU network bandwidth between nodes", low=0.0, high=1e15),
+    Field("gpus_per_node", "int", 0, "GPUs per node (0 = the catalog's)", low=0, high=2**16),
+    Field("usd_per_hour", "float", 0.0, "price per GPU-hour (0 = the catalog's; none: no cost)", low=0.0, high=1e6),
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 

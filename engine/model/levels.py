@@ -3,8 +3,8 @@
     rank_terms(c)             what one rank holds and keeps per token: the model, method and layout decide it,
                               the workload and the GPU change none of it                -> Rank
     step_terms(c, r)          the phased peak of one training step for a workload      -> Step
-    gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity      -> Gpu
-    device_terms(r, s, g)     the step's peak on that GPU: device peak, fits           -> Device
+    gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity, rates -> Gpu
+    device_terms(r, s, g)     the step's peak on that GPU: device peak, fits, time, cost -> Device
 
 Each output column of CONFIG.md is one field of one `*Columns` tuple, computed in exactly one place here; the
 scalar reference `evaluate_one(c)` chains them, and the kernels call the same functions at the loop level of
@@ -15,6 +15,8 @@ layout (or model dims) the configuration does not have.
 """
 
 from typing import NamedTuple
+
+import numpy as np
 
 from engine.inputs.codes import Component, Invalid
 from engine.model.activations import (
@@ -37,9 +39,12 @@ from engine.model.temporaries import (
     zero3_gather_bytes,
     zero3_grad_bytes,
 )
+from engine.model.time import Rates, Times, Work, device_times, gpu_rates, step_work
 from engine.model.validity import layout_reason, sequence_reason
 
 NULL = -1
+NO_WORK = Work(np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan)
+NO_TIMES = Times(np.nan, np.nan, np.nan, np.nan)
 
 
 class RankColumns(NamedTuple):
@@ -116,6 +121,7 @@ class StepColumns(NamedTuple):
 class Step(NamedTuple):
     columns: StepColumns
     runs: bool  # a runnable layout with model dims: the peak is defined
+    work: Work  # FLOPs and collective bytes of the step (time.py)
     largest: int  # the largest component of the tensors at the peak (a Component code) ...
     largest_bytes: int  # ... and its bytes (device_terms weighs it against the overhead)
 
@@ -140,7 +146,8 @@ def step_terms(c, r):
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
-        return Step(StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), False, NULL, NULL)
+        columns = StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+        return Step(columns, False, NO_WORK, NULL, NULL)
     p = peak(c, r)
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes)
     grads = r.columns.grad_bytes if p.grads_live else 0
@@ -148,7 +155,7 @@ def step_terms(c, r):
     columns = StepColumns(valid, reason, p.activation_bytes, p.temp_bytes, p.allocated_bytes, slack,
                           p.allocated_bytes + slack, p.phase, grads, optimizer)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, True, largest, largest_bytes)
+    return Step(columns, True, step_work(c, r), largest, largest_bytes)
 
 
 class GpuColumns(NamedTuple):
@@ -162,12 +169,14 @@ class GpuColumns(NamedTuple):
 class Gpu(NamedTuple):
     columns: GpuColumns
     host_fits: bool  # offloaded states fit the host RAM of this GPU's share of a node
+    rates: Rates  # how fast it computes and communicates (time.py)
 
 
 @formula
-def gpu_from_table(table, host_fits, g):
+def gpu_from_table(table, host_fits, rates, g):
     """The Gpu held in column g of a table of GpuColumns rows (the sweep kernel's per-rank table)."""
-    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_fits[g])
+    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_fits[g],
+               Rates(rates[0, g], rates[1, g], rates[2, g], rates[3, g], rates[4, g], rates[5, g]))
 
 
 @formula
@@ -186,7 +195,7 @@ def host_fits(c, r):
 @formula
 def gpu_terms(c, r):
     """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
-    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_fits(c, r))
+    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_fits(c, r), gpu_rates(c, r))
 
 
 class DeviceColumns(NamedTuple):
@@ -199,6 +208,7 @@ class DeviceColumns(NamedTuple):
 
 class Device(NamedTuple):
     columns: DeviceColumns
+    times: Times  # step_time_s, tokens_per_gpu_s, mfu, cost_per_mtok (time.py)
 
 
 @formula
@@ -206,12 +216,12 @@ def device_terms(r, s, g):
     """The step's peak on this GPU: device peak, whether it fits, and what dominates."""
     if not s.runs:
         fits = 0 if s.columns.valid == 0 else NULL  # no dims: unknown
-        return Device(DeviceColumns(NULL, fits, NULL))
+        return Device(DeviceColumns(NULL, fits, NULL), NO_TIMES)
     overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead
     fits = int(device <= g.columns.usable_bytes and g.host_fits)
     bottleneck = Component.OVERHEAD.value if overhead > s.largest_bytes else s.largest
-    return Device(DeviceColumns(device, fits, bottleneck))
+    return Device(DeviceColumns(device, fits, bottleneck), device_times(s.work, g.rates))
 
 
 @formula

@@ -15,11 +15,11 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 from typing import NamedTuple
 
 from engine.inputs.codes import Ckpt, Phase
-from engine.model.stage import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.model.common import formula
 from engine.model.conventions import FRAMEWORK_GRADS_KEPT
 from engine.model.params import n_moe_layers
 from engine.model.split import layers_per_stage
+from engine.model.stage import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
 from engine.model.temporaries import backward_workspace_bytes, loss_backward_bytes, loss_forward_bytes
 
 

@@ -10,7 +10,7 @@ comparisons) for every row. Each level is stored once per slot of consecutive ro
     rank_out[:, slot]                      RankColumns, then dp and n_gpus    slot = index // rows_per_rank - first
     gpu_out[:, slot * rows_per_step + g]   GpuColumns                         g = index % rows_per_step
     step_out[:, slot]                      StepColumns                        slot = index // rows_per_step - first
-    device_out[:, row]                     DeviceColumns                      row = index - start
+    device_out[:, row], time_out[:, row]   DeviceColumns, Times               row = index - start
 
 Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns one
 scratch record, written through its int64 view `words` and read as a record by the formulas. A slot is written
@@ -21,6 +21,9 @@ import numba
 import numpy as np
 
 from engine.model.levels import device_terms, gpu_from_table, gpu_terms, rank_terms, step_terms
+from engine.model.time import Rates
+
+N_RATES = len(Rates._fields)
 from engine.model.split import degrees
 
 
@@ -43,8 +46,9 @@ def set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp
 
 
 @numba.njit(cache=True)
-def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits):
-    """levels.gpu_terms of every device combination g, for the record's rank r."""
+def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits, rates):
+    """levels.gpu_terms of every device combination g, for the record's rank r: its columns, whether the host
+    holds the offload, and its rates (levels.gpu_from_table reads them back)."""
     for g in range(table.shape[1]):
         rest = g
         for k in range(radices.shape[0] - 1, n_outer - 1, -1):
@@ -54,6 +58,8 @@ def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axi
         for q in range(len(terms.columns)):
             table[q, g] = terms.columns[q]
         host_fits[g] = terms.host_fits
+        for q in range(len(terms.rates)):
+            rates[q, g] = terms.rates[q]
 
 
 @numba.njit(cache=True)
@@ -64,8 +70,9 @@ def store_columns(columns, out, slot):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_step_axes, dp_mode,
-                scratch, scratch_words, rank_out, gpu_out, step_out, device_out):
-    """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out and device_out (above)."""
+                scratch, scratch_words, rank_out, gpu_out, step_out, device_out, time_out):
+    """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out, device_out and time_out
+    (above; time_out[:, row] holds the float Times)."""
     n_axes = radices.shape[0]
     n_outer = n_rank_axes + n_step_axes
     rows_per_step = 1
@@ -86,6 +93,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         words, rec = scratch_words[b], scratch[b]
         table = np.empty((n_gpu_columns, rows_per_step), dtype=np.int64)
         host_fits = np.empty(rows_per_step, dtype=np.bool_)
+        rates = np.empty((N_RATES, rows_per_step), dtype=np.float64)
         digits = np.empty(n_axes, dtype=np.int64)
         rest = start + lo
         for k in range(n_axes - 1, -1, -1):
@@ -97,7 +105,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
         r = rank_terms(rec)
         s = step_terms(rec, r)
-        fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits)
+        fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits, rates)
         opens_rank = lo == 0 or (start + lo) % rows_per_rank == 0
         opens_step = lo == 0 or g == 0
         for i in range(lo, hi):
@@ -110,7 +118,9 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if opens_step:
                 store_columns(s.columns, step_out, step_slot)
                 opens_step = False
-            store_columns(device_terms(r, s, gpu_from_table(table, host_fits, g)).columns, device_out, i)
+            d = device_terms(r, s, gpu_from_table(table, host_fits, rates, g))
+            store_columns(d.columns, device_out, i)
+            store_columns(d.times, time_out, i)
             g += 1
             if g < rows_per_step:
                 continue
@@ -129,7 +139,8 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if k < n_rank_axes:  # a rank axis moved: rebuild the record, every level again
                 set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
                 r = rank_terms(rec)
-                fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits)
+                fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_fits,
+                               rates)
                 rank_slot += 1
                 opens_rank = True
             else:

@@ -16,7 +16,6 @@ from engine.model.common import formula
 from engine.model.params import has_dims, kv_heads
 from engine.model.states import trains
 
-
 LIMIT = 2.0**62  # bytes: beyond any GPU, and an int64 sum of a few such terms cannot wrap
 
 
