@@ -109,10 +109,16 @@ def stage_peak(c, r, last, acts):
 
 
 @formula
-def peak(c, r):
-    """The peak of one training step on the most loaded pipeline stage."""
+def stage_peaks(c, r):
+    """The peaks of the first and the last pipeline stage (the same stage when p = 1)."""
     first = stage_peak(c, r, c.pp == 1, activation_bytes(c, r))  # with one stage it is also the last
     if c.pp == 1:
-        return first
-    last = stage_peak(c, r, True, last_stage_activation_bytes(c, r))
+        return first, first
+    return first, stage_peak(c, r, True, last_stage_activation_bytes(c, r))
+
+
+@formula
+def peak(c, r):
+    """The peak of one training step on the most loaded pipeline stage."""
+    first, last = stage_peaks(c, r)
     return last if last.allocated_bytes > first.allocated_bytes else first
