@@ -1,14 +1,32 @@
 """memsim: predict the per-GPU memory of a training job before it touches a GPU."""
 
 import hashlib
+import importlib.resources
 import os
 from pathlib import Path
 
 __version__ = "0.1.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = REPO_ROOT / "data"
-QUERIES_DIR = REPO_ROOT / "queries"
+
+
+def _package_files(package: str, folder: str) -> Path:
+    """The one lookup of memsim's files: the folder that the package-data package `package` is (setup.py installs
+    the repository's `folder` as it). importlib.resources finds it beside the code in a regular install
+    (site-packages/engine/_data) and, through setuptools' finder, in the checkout of an editable one. Only a
+    folder of this installation counts: a checkout imported without being installed (PYTHONPATH, a Ray
+    working_dir) reads its own folder, never one that another checkout's editable install maps the name to."""
+    try:
+        found = importlib.resources.files(package)
+    except ModuleNotFoundError:
+        return REPO_ROOT / folder
+    if isinstance(found, Path) and found.resolve().is_relative_to(REPO_ROOT):  # on disk, in this installation
+        return found.resolve()
+    return REPO_ROOT / folder
+
+
+DATA_DIR = _package_files("engine._data", "data")  # catalogs, golden and measured sets, sweep presets
+QUERIES_DIR = _package_files("engine._queries", "queries")  # the named questions, one .sql each
 
 
 def _compiled_sources_digest() -> str:

@@ -1,0 +1,223 @@
+"""The vocabulary page, docs/config.md, printed from the code: `python -m engine.inputs.docs > docs/config.md`.
+
+Sections in CONFIG.md's order: catalog keys (data/models.toml, data/gpus.toml), inputs (engine/inputs/vocabulary.py
+and model_fields.py: name, flag, kind, accepted values, default, bounds, help), outputs (engine/model/outputs.py
+OUTPUTS, their meaning from the field comments and docstrings of the tuples that compute them), the columns a
+sweep adds, and the sweep spec (engine/inputs/spec.py). tests/test_docs.py checks that the committed page is what
+this prints, so a change to the vocabulary that does not regenerate the page fails the tests.
+"""
+
+import inspect
+import re
+import sys
+
+from engine.cli.flags import DERIVED_DEFAULTS, flag
+from engine.inputs import vocabulary as v
+from engine.inputs.codes import CHOICES, INVALID_REASONS, names
+from engine.inputs.spec import OUTPUT_OPTIONS, SPEC_TABLES
+from engine.model import catalog, outputs
+
+REGENERATE = "python -m engine.inputs.docs > docs/config.md"
+
+# CONFIG.md's input sections, in its order, and the vocabulary's field groups each holds.
+INPUT_SECTIONS = [
+    ("Model", ("The model's architecture comes from its catalog entry or its config.json; a value given here "
+     "overrides it (0: the model's own, or what the help says 0 means)."), [v.NAME_FIELDS[0]] + v.MODEL_FIELDS),
+    ("Workload", "", v.WORKLOAD_FIELDS),
+    ("Numerics and training method", "", v.METHOD_FIELDS),
+    ("Training recipe (how the framework runs the step)", "Defaults are plain PyTorch's.", v.RECIPE_FIELDS),
+    ("Parallel layout and hardware", ("The GPU's attributes come from data/gpus.toml and data/overheads.toml; a "
+     "value given here overrides the catalog's for that case."), [v.NAME_FIELDS[1]] + v.LAYOUT_FIELDS + v.GPU_FIELDS),
+]
+
+# Columns a sweep writes beside the inputs it sweeps and the outputs (engine/dataset/columns.py, chunk_table).
+SWEEP_COLUMNS = {
+    "index": "int64: the row's position in the sweep's mixed-radix grid (the last axis varies fastest)",
+    "dp": "int64: the data-parallel degree, derived per row (n_gpus / (tp * pp * cp) unless given)",
+    "n_gpus": "int64: the GPU count, derived per row (dp * tp * pp * cp unless given)",
+}
+
+# The tables of a sweep spec and the options of its [output] table (engine/inputs/spec.py accepts exactly these).
+SPEC_TABLE_HELP = {
+    "title": "a string: the title of the dataset and of its report (default `memsim sweep`)",
+    "axes": "input column -> a list of values (or one value); `model` and `gpu` also take `\"all\"` or a catalog "
+            "tag. Every input left out takes its default. Model dimensions are not axes: sweep models through `model`",
+    "output": "options of the dataset written (below)",
+    "filters": "accepted; no filter is applied by the engine today (keep rows with [output] instead)",
+}
+OUTPUT_OPTION_HELP = {
+    "compact": "bool (default false): keep the index, the axes and the feasibility columns only",
+    "compression": "Parquet codec (default `lz4`)",
+    "feasible_only": "bool (default false): write only rows that are valid and fit (`--feasible-only`)",
+    "rows_per_chunk": "int (default 1048576 = 2^20): configurations the kernel evaluates per chunk",
+    "valid_only": "bool (default false): write only valid rows (`--valid-only`)",
+}
+
+
+def cell(text) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def code(text) -> str:
+    return f"`{text}`"
+
+
+def number(x) -> str:
+    """A bound as a reader takes it in: powers of two as 2^k, floats without trailing zeros."""
+    if isinstance(x, int) and x >= 1024 and x & (x - 1) == 0:
+        return f"2^{x.bit_length() - 1}"
+    return f"{x:g}".replace("e+0", "e").replace("e+", "e")
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+
+
+def trailing_comments(cls) -> dict[str, str]:
+    """`name: type  # comment` and `NAME = value  # comment` lines of a class body: attribute -> comment."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # an enum made from a data file has no class body
+        return {}
+    found = re.findall(r"^\s+(\w+)\s*[:=][^#\n]*#\s*(.+)$", source, flags=re.MULTILINE)
+    return {name: comment.strip() for name, comment in found}
+
+
+def docstring(cls) -> str:
+    """A class's own docstring (not the one NamedTuple writes, `Name(field, ...)`), on one line."""
+    doc = inspect.getdoc(cls) or ""
+    return "" if doc.startswith(f"{cls.__name__}(") else " ".join(doc.split())
+
+
+def kind_of(field) -> str:
+    return "choice" if v.is_choice(field) else field.kind
+
+
+def default_of(field) -> str:
+    if field.name in DERIVED_DEFAULTS and field.default == 0:
+        return "derived"
+    value = field.default if field.kind == "str" else v.spell(field.name, field.default)
+    return code(str(value).lower() if isinstance(value, bool) else value)
+
+
+def accepted(field) -> str:
+    """The accepted values of a categorical input (with what each means, where codes.py says), or the bounds."""
+    if v.is_choice(field):
+        notes = trailing_comments(field.kind)
+        return ", ".join(code(n) + (f" ({notes[m.name]})" if m.name in notes else "")
+                         for n, m in zip(names(field.kind), field.kind))
+    if field.kind == "bool":
+        return "`true`, `false`"
+    if field.low is not None and field.high is not None:
+        return f"{number(field.low)} ... {number(field.high)}"
+    return "a catalog key or alias" + (" or a path to a config.json" if field.name == "model" else "")
+
+
+def input_lines() -> list[str]:
+    placed = [f.name for _, _, fields in INPUT_SECTIONS for f in fields]
+    assert sorted(placed) == sorted(v.INPUTS), (
+        f"inputs on no section of the page (or on two): {sorted(set(v.INPUTS) ^ set(placed))}; "
+        "place their group in INPUT_SECTIONS of engine/inputs/docs.py")
+    lines = ["## Inputs", "",
+             ("Every input has a default, so a case list may give any subset of the columns; an empty cell also "
+             "means the default. On the command line each is a flag (`--seq-len` for `seq_len`)."), ""]
+    for title, intro, fields in INPUT_SECTIONS:
+        lines += [f"### {title}", ""] + ([intro, ""] if intro else [])
+        rows = [[code(f.name), code(flag(f.name)), kind_of(f), accepted(f), default_of(f), f.help] for f in fields]
+        lines += table(["column", "flag", "kind", "accepted values", "default", "meaning"], rows) + [""]
+    return lines
+
+
+def output_tuples() -> list[type]:
+    """The NamedTuples whose fields are the output columns (the *Columns tuples engine/model/outputs.py reads)."""
+    found = {id(t): t for t in vars(outputs).values() if isinstance(t, type) and issubclass(t, tuple)
+             and hasattr(t, "_fields") and set(t._fields) & set(outputs.OUTPUTS)}
+    first = {name: i for i, name in enumerate(outputs.OUTPUTS)}
+    return sorted(found.values(), key=lambda t: min(first.get(n, len(first)) for n in t._fields))
+
+
+def column_meaning(t: type, name: str) -> str:
+    """The field's trailing comment, less the kernel's code type it names (the page gives the strings)."""
+    comment = trailing_comments(t).get(name, "")
+    return re.sub(r"^an? [A-Z]\w* code(, 0 when valid)?:? ?", "", comment)
+
+
+def output_type(name: str, annotation) -> str:
+    if name == "invalid_reason":
+        return "str or NULL"
+    if name in outputs.CODE_COLUMNS:
+        return "str: " + ", ".join(code(n) for n in names(CHOICES[name]))
+    if name in outputs.BOOL_COLUMNS:
+        return "bool"
+    return "float64" if annotation is float else "int64"
+
+
+def output_lines() -> list[str]:
+    tuples = output_tuples()
+    owner = {name: t for t in tuples for name in t._fields}
+    missing = [n for n in outputs.OUTPUTS if n not in owner]
+    assert not missing, f"output columns no tuple of engine/model/outputs.py computes: {missing}"
+    lines = ["## Outputs (per GPU, for the most loaded rank)", "",
+             ("Bytes are int64. On a row that cannot run (`valid` false) the outputs that need a runnable layout "
+             "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. Each column is a field of "
+             "one of these tuples (engine/model/levels.py and the modules beside it):"), ""]
+    lines += [f"- `{t.__name__}` ({outputs.LEVEL_OF[t._fields[0]]} level): {docstring(t)}" for t in tuples]
+    rows = []
+    for name in outputs.OUTPUTS:
+        t = owner[name]
+        rows.append([code(name), output_type(name, t.__annotations__.get(name)), f"`{t.__name__}`",
+                     column_meaning(t, name)])
+    lines += [""] + table(["column", "type", "computed in", "meaning"], rows) + [""]
+    reasons = [code(r) for code_, r in INVALID_REASONS.items() if code_ != 0]
+    lines += ["`invalid_reason` is one of: " + "; ".join(reasons) + ".", ""]
+    lines += ["### Sweep columns", "", "A sweep's rows hold these beside the axes it sweeps and the outputs:", ""]
+    lines += table(["column", "meaning"], [[code(k), text] for k, text in SWEEP_COLUMNS.items()]) + [""]
+    return lines
+
+
+def catalog_lines() -> list[str]:
+    models, gpus = catalog.load_models(), catalog.load_gpus()
+    lines = ["## Catalog keys", "",
+             ("Lowercase words joined by `-`. Names resolve case-insensitively through keys and aliases; an unknown "
+             "name is an error that lists the nearest keys. A sweep's `model` or `gpu` axis also takes `\"all\"` "
+             "or a tag."), "", f"### Models (data/models.toml, {len(models)})", ""]
+    rows = [[code(k), f"{e['n_params']:,}" if e.get("n_params") else "", ", ".join(e.get("aliases", [])),
+             ", ".join(e.get("tags", []))] for k, e in models.items()]
+    lines += table(["key", "n_params", "aliases", "tags"], rows)
+    lines += ["", f"### GPUs (data/gpus.toml, {len(gpus)})", ""]
+    rows = [[code(k), f"{e['hbm_bytes']:,}", ", ".join(e.get("aliases", [])), ", ".join(e.get("tags", []))]
+            for k, e in gpus.items()]
+    return lines + table(["key", "hbm_bytes", "aliases", "tags"], rows) + [""]
+
+
+def spec_lines() -> list[str]:
+    assert set(SPEC_TABLE_HELP) == SPEC_TABLES | {"title"}, "document every table of a sweep spec"
+    assert set(OUTPUT_OPTION_HELP) == OUTPUT_OPTIONS, "document every [output] option of a sweep spec"
+    lines = ["## Sweep specs", "",
+             "A TOML file; the sweep is the cartesian product of its axes. A spec with only `[axes]` always works.", ""]
+    lines += table(["key", "meaning"], [[code(k), text] for k, text in sorted(SPEC_TABLE_HELP.items())])
+    lines += ["", "### `[output]` options", ""]
+    lines += table(["option", "meaning"], [[code(k), text] for k, text in sorted(OUTPUT_OPTION_HELP.items())])
+    example = ["[axes]", 'model = ["llama-3.1-8b", "llama-3.1-70b"]', 'gpu = ["h100-sxm-80gb", "a100-sxm-80gb"]',
+               "n_gpus = [8, 16, 32, 64]", "tp = [1, 2, 4, 8]", "zero_stage = [0, 1, 2, 3]",
+               'checkpointing = ["none", "selective", "full"]', "", "[output]", "feasible_only = true"]
+    return lines + ["", "```toml"] + example + ["```", ""]
+
+
+def page() -> str:
+    lines = ["# The configuration vocabulary", "",
+             f"<!-- Generated from the code by `{REGENERATE}`; do not edit by hand. -->", "",
+             ("One vocabulary everywhere: the flags of `memsim explain`, the columns of a case list given to "
+             "`memsim estimate`, the axes of a sweep spec, and the columns of every Parquet file memsim writes."), ""]
+    lines += catalog_lines() + input_lines() + output_lines() + spec_lines()
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(page())
+
+
+if __name__ == "__main__":
+    main()
