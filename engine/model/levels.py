@@ -24,11 +24,17 @@ from engine.model.activations import (
     replicated_bytes_per_token,
     scores_bytes_per_key,
     split_bytes_per_token,
+    stream_bytes,
 )
 from engine.model.common import formula
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.peak import peak
+from engine.model.selective_op import (
+    selective_op_replicated_bytes_per_token,
+    selective_op_scores_bytes_per_key,
+    selective_op_split_bytes_per_token,
+)
 from engine.model.split import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
 from engine.model.temporaries import (
@@ -43,8 +49,8 @@ from engine.model.time import Rates, Times, Work, device_times, gpu_rates, step_
 from engine.model.validity import layout_reason, sequence_reason
 
 NULL = -1
-NO_WORK = Work(np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan)
-NO_TIMES = Times(np.nan, np.nan, np.nan, np.nan)
+NO_WORK = Work(*[np.nan] * len(Work._fields))  # a configuration that cannot run does no work
+NO_TIMES = Times(*[np.nan] * len(Times._fields))
 
 
 class RankColumns(NamedTuple):
@@ -72,6 +78,10 @@ class Rank(NamedTuple):
     moe_split_per_token: int  # ... that TP splits (MoE layer)
     scores_per_key: int  # s^2 attention terms per token and key
     head_per_token: int  # the final norm and the LM head's input
+    sac_replicated_per_token: int  # the same under selective_op (selective_op.py)
+    sac_split_per_token: int
+    sac_moe_split_per_token: int
+    sac_scores_per_key: int
 
 
 @formula
@@ -79,7 +89,7 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        return Rank(RankColumns(NULL, NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return Rank(RankColumns(NULL, NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
@@ -100,6 +110,10 @@ def rank_terms(c):
         split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0,
         scores_bytes_per_key(c),
         head_bytes_per_token(c),
+        selective_op_replicated_bytes_per_token(c, stream_bytes(c), c.d_ff),
+        selective_op_split_bytes_per_token(c, c.d_ff),
+        selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),
+        selective_op_scores_bytes_per_key(c),
     )
 
 

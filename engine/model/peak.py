@@ -14,13 +14,24 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from typing import NamedTuple
 
-from engine.inputs.codes import Ckpt, Phase
-from engine.model.common import formula
+from engine.inputs.codes import Ckpt, Phase, ZeroGrad
+from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_GRADS_KEPT
 from engine.model.params import n_moe_layers
 from engine.model.split import layers_per_stage
-from engine.model.stage import activation_bytes, head_activation_bytes, layer_activation_bytes, recompute_bytes
-from engine.model.temporaries import backward_workspace_bytes, loss_backward_bytes, loss_forward_bytes
+from engine.model.stage import (
+    activation_bytes,
+    checkpointed_layers,
+    head_activation_bytes,
+    layers_activation_bytes,
+    recompute_bytes,
+)
+from engine.model.temporaries import (
+    backward_workspace_bytes,
+    loss_backward_bytes,
+    loss_forward_bytes,
+    tied_gradient_sum_bytes,
+)
 
 
 class Peak(NamedTuple):
@@ -35,7 +46,11 @@ class Peak(NamedTuple):
 
 @formula
 def grads_live_in_forward(c):
-    return c.grad_accum > 1 or c.pp > 1 or FRAMEWORK_GRADS_KEPT[c.framework]
+    """Gradients exist before this step's backward makes them: accumulated over micro-batches or pipeline
+    stages, kept by the framework's buffers, or left allocated by zero_grad(set_to_none=False)."""
+    if c.optimizer_in_backward:
+        return False
+    return c.grad_accum > 1 or c.pp > 1 or FRAMEWORK_GRADS_KEPT[c.framework] or c.zero_grad == ZeroGrad.ZEROS
 
 
 @formula
@@ -44,9 +59,7 @@ def last_stage_activation_bytes(c, r):
     if c.pp == 1:
         return activation_bytes(c, r)
     moe = min(layers_per_stage(c), n_moe_layers(c))
-    dense = layers_per_stage(c) - moe
-    layers = dense * layer_activation_bytes(c, r, False) + moe * layer_activation_bytes(c, r, True)
-    return layers + head_activation_bytes(c, r)
+    return layers_activation_bytes(c, r, layers_per_stage(c) - moe, moe) + head_activation_bytes(c, r)
 
 
 @formula
@@ -81,8 +94,11 @@ def backward_temp_bytes(c, r, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations, whichever is larger; plus gathers and kept weight casts."""
     t = r.gather_bytes + r.reduce_bytes
-    if c.checkpointing != Ckpt.FULL:
-        t += r.cast_bytes  # with recomputation the casts are redone, not kept
+    if c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
+        lps = layers_per_stage(c)
+        t += ceil_div(r.cast_bytes * (lps - checkpointed_layers(c, lps)), lps)
+    elif c.checkpointing != Ckpt.SELECTIVE_OP:
+        t += r.cast_bytes
     layer = backward_workspace_bytes(c) + recompute_bytes(c, r)
     return t + max(layer, loss_backward_bytes(c) if last else 0)
 
@@ -97,10 +113,15 @@ def stage_peak(c, r, last, acts):
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
     bwd_t = backward_temp_bytes(c, r, last) + buckets_bytes(r, g)
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
-    end_t = r.gather_bytes + r.reduce_bytes + buckets_bytes(r, True)
-    backward_end = Peak(states_bytes(r, True) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, True)
-    opt_t = r.step_bytes + buckets_bytes(r, True)
-    optimizer = Peak(states_bytes(r, True) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
+    if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
+        end_t = r.gather_bytes + r.reduce_bytes + r.step_bytes
+        backward_end = Peak(states_bytes(r, False) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, False)
+        optimizer = backward_end
+    else:
+        end_t = r.gather_bytes + r.reduce_bytes + buckets_bytes(r, True) + tied_gradient_sum_bytes(c)
+        backward_end = Peak(states_bytes(r, True) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, True)
+        opt_t = r.step_bytes + buckets_bytes(r, True)
+        optimizer = Peak(states_bytes(r, True) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:

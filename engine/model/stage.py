@@ -33,7 +33,19 @@ def layer_activation_bytes(c, r, moe_layer):
     if c.checkpointing == Ckpt.FULL:
         kept = stream_bytes(c) * local_tokens(c) * c.d_model
         return ceil_div(kept, c.tp) if c.sp else kept
+    if c.checkpointing == Ckpt.SELECTIVE_OP:
+        return selective_op_layer_bytes(c, r, moe_layer)
     return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
+
+
+@formula
+def selective_op_layer_bytes(c, r, moe_layer):
+    """What one layer keeps under torchtitan's op-level selective checkpointing (selective_op.py)."""
+    tokens, t = local_tokens(c), c.tp
+    replicated = r.sac_replicated_per_token * tokens
+    split_per_token = r.sac_moe_split_per_token if moe_layer else r.sac_split_per_token
+    split = (split_per_token + r.sac_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp) * tokens
+    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
 @formula
@@ -54,13 +66,34 @@ def in_flight_layer_factor(c):
 
 
 @formula
+def checkpointed_layers(c, layers):
+    """Layers that keep only their input: all under checkpointing = full, or one in every checkpoint_every
+    (torchtitan's layer frequency: data/measured/recipes.csv knob checkpoint_every); none otherwise."""
+    return layers // c.checkpoint_every if c.checkpointing == Ckpt.FULL else 0
+
+
+@formula
+def layers_activation_bytes(c, r, dense, moe):
+    """What `dense` dense and `moe` MoE layers keep for one micro-batch; under full recomputation the layers
+    left unchecked keep everything, their scores included."""
+    total = 0
+    for moe_layer, count in ((False, dense), (True, moe)):
+        if count > 0:
+            kept = checkpointed_layers(c, count)
+            total += kept * layer_activation_bytes(c, r, moe_layer)
+            if c.checkpointing == Ckpt.FULL:
+                total += (count - kept) * full_layer_bytes(c, r, moe_layer, attention_scores_bytes_per_token(c, r))
+            else:
+                total += (count - kept) * layer_activation_bytes(c, r, moe_layer)
+    return total
+
+
+@formula
 def stage_layer_activation_bytes(c, r):
     """All transformer layers' activations alive on the first stage at the end of the forward pass."""
     lps = layers_per_stage(c)
     moe_layers = min(lps, n_moe_layers(c))
-    per_microbatch = (lps - moe_layers) * layer_activation_bytes(c, r, False)
-    if moe_layers > 0:
-        per_microbatch += moe_layers * layer_activation_bytes(c, r, True)
+    per_microbatch = layers_activation_bytes(c, r, lps - moe_layers, moe_layers)
     num, den = in_flight_layer_factor(c)
     return ceil_div(per_microbatch * num, den)
 
@@ -96,10 +129,15 @@ def activation_bytes(c, r):
 
 @formula
 def recompute_bytes(c, r):
-    """Full recomputation rebuilds one layer's activations, scores included, during backward."""
-    if c.checkpointing != Ckpt.FULL or not has_dims(c):
+    """Recomputation in backward rebuilds one layer at a time: all of it with full recomputation (scores
+    included), what the op policy did not keep with selective_op."""
+    if not has_dims(c) or (c.checkpointing != Ckpt.FULL and c.checkpointing != Ckpt.SELECTIVE_OP):
         return 0
-    return full_layer_bytes(c, r, n_moe_layers(c) > 0, attention_scores_bytes_per_token(c, r))
+    moe = n_moe_layers(c) > 0
+    full = full_layer_bytes(c, r, moe, attention_scores_bytes_per_token(c, r))
+    if c.checkpointing == Ckpt.SELECTIVE_OP:
+        return max(0, full - selective_op_layer_bytes(c, r, moe))
+    return full
 
 
 @formula

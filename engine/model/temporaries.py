@@ -16,6 +16,7 @@ from engine.model.conventions import (
     FRAMEWORK_DDP_BUCKET_COPY,
     FRAMEWORK_REDUCE_BUCKET,
     FRAMEWORK_STEP_GRAD_FP32,
+    FRAMEWORK_TIED_GRAD_COPIES,
     FRAMEWORK_TORCH_OPTIMIZER,
     STEP_LARGEST,
     STEP_LARGEST_FP32,
@@ -29,6 +30,7 @@ from engine.model.states import (
     sharded,
     state_bytes,
     trains,
+    weight_bytes_per_param,
 )
 
 
@@ -113,6 +115,19 @@ def ddp_bucket_bytes(c, trainable_params):
 
 
 @formula
+def tied_gradient_sum_bytes(c):
+    """A tied embedding's gradient is complete only at the end of backward. Autograd keeps the head's V·h
+    gradient until embedding_dense_backward's arrives and adds the two: two more V·h gradients, in the weights'
+    dtype, beside all the others (measured: the fused AdamW rows of data/measured/recipes.csv, llama-3.2-1b's
+    peak at that `add`). Megatron writes the head's into main_grad (gradient-accumulation fusion) and adds the
+    embedding's in its hook: one (frameworks.toml tied_grad_copies). Pipelines hold the two on two stages."""
+    if not (c.tied_embeddings and c.lm_head) or c.lora_rank > 0 or c.pp > 1 or not trains(c):
+        return 0
+    copies = FRAMEWORK_TIED_GRAD_COPIES[c.framework]
+    return copies * weight_bytes_per_param(c) * ceil_div(c.vocab * c.d_model, c.tp)
+
+
+@formula
 def autocast_cache_bytes(c, params):
     """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
     2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
@@ -150,8 +165,14 @@ def optimizer_step_bytes(c, trainable_params):
     if not FRAMEWORK_TORCH_OPTIMIZER[c.framework]:
         return sharded(c, FRAMEWORK_STEP_GRAD_FP32[c.framework] * n, 1, False) if is_amp(c) else 0
     largest = min(n, ceil_div(largest_layer_params(c), c.tp))
-    state_sized = sharded(c, STEP_STATE_SIZED[o, impl] * state_bytes(c) * n, 1, False)
-    return state_sized + (STEP_LARGEST[o, impl] * state_bytes(c) + STEP_LARGEST_FP32[o, impl] * 4) * largest
+    per_tensor = (STEP_LARGEST[o, impl] * state_bytes(c) + STEP_LARGEST_FP32[o, impl] * 4) * largest
+    if c.optimizer_in_backward:
+        # torchtune optimizer_in_bwd: one optimizer per parameter, stepped in its gradient's hook, the gradient
+        # freed at once: at most the largest parameter's gradient and its own step buffers exist at a time
+        # (data/measured/recipes.csv, knob optimizer_in_backward).
+        state_sized = STEP_STATE_SIZED[o, impl] * state_bytes(c) * largest
+        return grad_bytes_per_param(c) * largest + state_sized + per_tensor
+    return sharded(c, STEP_STATE_SIZED[o, impl] * state_bytes(c) * n, 1, False) + per_tensor
 
 
 @formula

@@ -1,0 +1,87 @@
+"""What one layer keeps for backward under PyTorch's selective activation checkpointing with torchtitan's op
+policy (checkpointing = selective_op), per token.
+
+torchtitan (torchtitan/distributed/activation_checkpoint.py, SelectiveAC): each block runs under
+torch.utils.checkpoint with create_selective_checkpoint_contexts; the outputs of the ops in its save list are
+kept, everything else is recomputed in backward: the attention kernels' outputs (flash: the output and its fp32
+logsumexp; eager and the math path: the two bmm outputs, the scores and their product with v), every `addmm`
+(a linear with a bias), and every other plain `mm` of the block (the 1st, 3rd, ...). Plus the block's input,
+which the checkpoint keeps. Norms, rotary, activations, the gate·up product and the casts are recomputed.
+Measured on real HF modules: data/measured/recipes.csv (knob selective_op), anatomy in RECIPES.md, e.g. a Llama
+block with flash keeps B_r·h + B_c·(a·d + g·d + f + h) + B_c·a·d + 4·a per token (q, v, gate, down saved).
+
+Symbols: h d_model, a n_heads, g n_kv_heads, d head_dim, f d_ff, B_r the residual stream's bytes, B_c compute.
+"""
+
+from engine.inputs.codes import FFN, Attn, Bias
+from engine.model.common import formula
+from engine.model.params import head_dim, kv_heads
+from engine.model.states import compute_bytes
+
+
+@formula
+def kept_linear_outputs(c, ffn_inner):
+    """The block's linear outputs the policy keeps, per token, as (column-parallel elements, row-parallel
+    elements): every addmm, and the odd-numbered plain mm in the block's order (q, k, v, o, gate, up, down;
+    fused q/k/v and gate/up are one matmul each)."""
+    h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
+    qkv_bias = c.linear_bias != Bias.NONE
+    all_bias = c.linear_bias == Bias.ALL
+    if c.fused_projections:
+        sizes = (a * d + 2 * g * d, 0, 0, h, (2 if c.ffn_type == FFN.SWIGLU else 1) * ffn_inner, 0, h)
+    else:
+        sizes = (a * d, g * d, g * d, h, ffn_inner, ffn_inner if c.ffn_type == FFN.SWIGLU else 0, h)
+    biased = (qkv_bias, qkv_bias, qkv_bias, all_bias, all_bias, all_bias, all_bias)
+    row_parallel = (False, False, False, True, False, False, True)  # o and down: their outputs are whole
+    column, row, plain = 0, 0, 0
+    for i in range(7):
+        if sizes[i] == 0:
+            continue
+        keep = biased[i]
+        if not biased[i]:
+            plain += 1
+            keep = plain % 2 == 1
+        if keep:
+            if row_parallel[i]:
+                row += sizes[i]
+            else:
+                column += sizes[i]
+    return column, row
+
+
+@formula
+def attention_kept_bytes_per_token(c):
+    """The attention kernel's kept outputs per token (the s^2 scores apart): flash's output and fp32 logsumexp,
+    or the weighted sum of the eager and math paths (the math path computes in fp32)."""
+    a, d = c.n_heads, head_dim(c)
+    if c.attention == Attn.FLASH:
+        return compute_bytes(c) * a * d + 4 * a
+    return attention_matmul_bytes(c) * a * d
+
+
+@formula
+def attention_matmul_bytes(c):
+    return 4 if c.attention == Attn.SDPA_MATH else compute_bytes(c)
+
+
+@formula
+def selective_op_split_bytes_per_token(c, ffn_inner):
+    """Kept terms tensor parallelism splits: the column-parallel linears' outputs and the attention's."""
+    column, _ = kept_linear_outputs(c, ffn_inner)
+    return compute_bytes(c) * column + attention_kept_bytes_per_token(c)
+
+
+@formula
+def selective_op_replicated_bytes_per_token(c, stream, ffn_inner):
+    """Kept terms that stay whole under tensor parallelism: the block input (in the residual stream's dtype)
+    and the row-parallel linears' outputs."""
+    _, row = kept_linear_outputs(c, ffn_inner)
+    return stream * c.d_model + compute_bytes(c) * row
+
+
+@formula
+def selective_op_scores_bytes_per_key(c):
+    """The kept scores (the first bmm's output) per token and key: eager and the math path, not flash."""
+    if c.attention == Attn.FLASH:
+        return 0
+    return attention_matmul_bytes(c) * c.n_heads
