@@ -383,3 +383,94 @@ def test_sql_without_a_sweep_reads_the_catalogs(memsim):
 def test_sql_runs_over_the_sweep(memsim, sweep_dir, sweep_frame):
     code, out, _ = memsim("sql", "SELECT count(*) AS n FROM sweep WHERE valid AND fits", "--sweep", sweep_dir, "--format", "csv")
     assert code == 0 and out.splitlines() == ["n", str(fitting(sweep_frame).height)]
+
+
+# --- cheapest_fleet by time and cost, time_to_train, report_cost_frontier (issue #16) --------------------------
+
+TOKENS = 1e12  # the queries' default $tokens
+
+
+def cluster(frame: pl.DataFrame) -> pl.DataFrame:
+    """Fitting rows of known speed with the days they take to train TOKENS and what it costs."""
+    rows = with_method(fitting(frame)).filter(pl.col("tokens_per_gpu_s").is_not_null())
+    return rows.with_columns(days=TOKENS / (pl.col("tokens_per_gpu_s") * pl.col("n_gpus")) / 86400,
+                             usd=pl.col("cost_per_mtok") * TOKENS / 1e6)
+
+
+def pareto(rows: list[dict]) -> set:
+    """(gpu, n_gpus) of the priced rows that no other priced row beats on days and cost, one of them strictly."""
+    priced = [r for r in rows if r["usd"] is not None]
+    return {(r["gpu"], r["n_gpus"]) for r in priced
+            if not any(o["days"] <= r["days"] and o["usd"] <= r["usd"] and (o["days"] < r["days"] or o["usd"] < r["usd"])
+                       for o in priced)}
+
+
+def test_cheapest_fleet_costs_the_fewest_dollars_per_million_tokens_of_each_gpu(sweep_con, sweep_frame):
+    rows = cluster(sweep_frame).filter(pl.col("model") == "llama-3.1-8b")
+    want = rows.group_by("method", "gpu").agg(pl.col("cost_per_mtok").min()).drop_nulls()
+    got = run(sweep_con, "cheapest_fleet", model="llama-3.1-8b").filter(pl.col("usd_per_mtok").is_not_null())
+    assert as_map(got, ["method", "gpu"], "usd_per_mtok") == pytest.approx(as_map(want, ["method", "gpu"], "cost_per_mtok"))
+    assert got["cost_usd"].to_list() == pytest.approx((got["usd_per_mtok"] * TOKENS / 1e6).to_list())
+
+
+def test_cheapest_fleet_cost_rank_orders_gpus_by_dollars_per_million_tokens(sweep_con):
+    got = run(sweep_con, "cheapest_fleet", rank_by="cost").filter(pl.col("cost_rank").is_not_null())
+    for _, group in got.group_by("model", "method"):
+        assert group["usd_per_mtok"].to_list() == sorted(group["usd_per_mtok"].to_list())
+        assert group["cost_rank"].to_list() == sorted(group["cost_rank"].to_list())
+
+
+def test_cheapest_fleet_time_is_the_fastest_fleet_for_the_tokens(sweep_con, sweep_frame):
+    rows = cluster(sweep_frame).filter(pl.col("model") == "qwen2.5-14b")
+    want = rows.group_by("method", "gpu").agg(pl.col("days").min())
+    got = run(sweep_con, "cheapest_fleet", model="qwen2.5-14b").filter(pl.col("fast_days").is_not_null())
+    assert as_map(got, ["method", "gpu"], "fast_days") == pytest.approx(as_map(want, ["method", "gpu"], "days"))
+    fifth = run(sweep_con, "cheapest_fleet", model="qwen2.5-14b", tokens=TOKENS / 5).filter(pl.col("fast_days").is_not_null())
+    assert fifth["fast_days"].to_list() == pytest.approx((got["fast_days"] / 5).to_list())
+
+
+def test_cheapest_fleet_rank_by_time_puts_the_fastest_first(sweep_con):
+    got = run(sweep_con, "cheapest_fleet", rank_by="time")
+    for _, group in got.group_by("model", "method", maintain_order=True):
+        timed = group.filter(pl.col("fast_days").is_not_null())
+        assert timed["fast_days"].to_list() == sorted(timed["fast_days"].to_list())
+        assert timed["time_rank"].to_list()[0] == 1
+
+
+def test_cheapest_fleet_names_the_price_source_and_date(sweep_con):
+    gpus = catalog.load_gpus()
+    got = run(sweep_con, "cheapest_fleet").filter(pl.col("usd_per_gpu_hour").is_not_null())
+    assert got.height > 0
+    for row in got.iter_rows(named=True):
+        assert (row["price_source"], str(row["price_date"])) == (gpus[row["gpu"]]["price_source"], str(gpus[row["gpu"]]["price_date"]))
+
+
+def test_cheapest_fleet_refuses_an_unknown_ranking(sweep_con):
+    with pytest.raises(UserError, match="rank_by must be usd_per_hour, cost or time"):
+        run(sweep_con, "cheapest_fleet", rank_by="speed")
+
+
+def test_time_to_train_takes_the_fastest_layout_at_each_gpu_count(sweep_con, sweep_frame):
+    keys = ["model", "method", "gpu", "n_gpus"]
+    want = cluster(sweep_frame).group_by(keys).agg(pl.col("tokens_per_gpu_s").max(), pl.col("days").min())
+    got = run(sweep_con, "time_to_train")
+    assert as_map(got, keys, "tokens_per_gpu_s") == pytest.approx(as_map(want, keys, "tokens_per_gpu_s"))
+    assert as_map(got, keys, "days") == pytest.approx(as_map(want, keys, "days"))
+
+
+def test_time_to_train_frontier_is_the_fleets_no_other_beats_on_both(sweep_con):
+    got = run(sweep_con, "time_to_train")
+    for _, group in got.group_by("model", "method"):
+        rows = group.to_dicts()
+        assert {(r["gpu"], r["n_gpus"]) for r in rows if r["on_frontier"]} == pareto(rows)
+
+
+def test_report_cost_frontier_is_the_priced_frontier_of_the_method(sweep_con, sweep_frame):
+    method = BASE_METHOD
+    rows = cluster(sweep_frame).filter((pl.col("method") == method) & pl.col("cost_per_mtok").is_not_null())
+    got = run(sweep_con, "report_cost_frontier", method=method)
+    for (model,), group in rows.group_by("model"):
+        best = group.group_by("gpu", "n_gpus").agg(pl.col("days").min(), pl.col("usd").min()).to_dicts()
+        drawn = got.filter(pl.col("model") == model)
+        assert {(r["gpu"], r["n_gpus"]) for r in drawn.iter_rows(named=True) if r["on_frontier"]} == pareto(best)
+        assert drawn.height == len(best)

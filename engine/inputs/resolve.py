@@ -61,6 +61,9 @@ def gpu_attributes(entry: dict) -> dict:
         "inter_node_bytes_per_s": float(entry.get("inter_node_bytes_per_s") or 0.0),
         "gpus_per_node": int(per_node),
         "usd_per_hour": float(entry.get("usd_per_hour") or 0.0),
+        "bandwidth_bytes_per_s": float(entry.get("bandwidth_bytes_per_s") or 0.0),
+        "fp8_matmul_tflops_achievable": float(entry.get("fp8_matmul_tflops_achievable") or 0.0),
+        "nvlink_domain_gpus": int(entry.get("nvlink_domain_gpus") or 0),
     }
 
 

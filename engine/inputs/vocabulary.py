@@ -94,6 +94,9 @@ GPU_FIELDS = [
     Field("inter_node_bytes_per_s", "float", 0.0, "per-GPU network bandwidth between nodes", low=0.0, high=1e15),
     Field("gpus_per_node", "int", 0, "GPUs per node (0 = the catalog's)", low=0, high=2**16),
     Field("usd_per_hour", "float", 0.0, "price per GPU-hour (0 = the catalog's; none: no cost)", low=0.0, high=1e6),
+    Field("bandwidth_bytes_per_s", "float", 0.0, "HBM bandwidth, bytes/s (0 = the catalog's)", low=0.0, high=1e15),
+    Field("fp8_matmul_tflops_achievable", "float", 0.0, "measured achievable fp8 matmul TFLOP/s (0: the bf16 one x fp8/bf16 peak)", low=0.0, high=1e6),
+    Field("nvlink_domain_gpus", "int", 0, "GPUs that reach each other over the intra-node link (0 = gpus_per_node; an NVL72 rack: 72)", low=0, high=2**20),
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 

@@ -1,27 +1,77 @@
-"""Floating-point work per token: the model FLOPs that MFU counts, and the hardware FLOPs a GPU executes.
+"""What one GPU computes: the model FLOPs that MFU counts, and per micro-batch the hardware FLOPs of each kind of
+kernel and the HBM bytes of the memory-bound ones (time.py turns them into seconds).
 
 Model FLOPs per token, the PaLM / Megatron-LM definition (PaLM arXiv:2204.02311 App. B; torchtitan
 get_num_flop_per_token): 6·N for the matmuls of forward (2N) and backward (4N), N the parameters a token's matmuls
 touch (the input embedding is a lookup, the routed experts it is not sent to are idle; a tied LM head still
 multiplies), plus the attention scores and their weighted sum, 12·L·a·d·s (QK^T and PV: 2·2·a·d·s forward, twice
-that in backward).
+that in backward). Every causal token is counted against all s keys, as PaLM counts them.
 
-Hardware FLOPs add what the recipe recomputes (Korthikanti et al. 2022, arXiv:2205.05198 sec. 5: full recompute
-repeats every layer's forward, selective only the attention core) and drop what a frozen base never computes
-(LoRA: no weight gradients for the base matrices, arXiv:2106.09685). Symbols: s seq_len, h d_model, a n_heads,
-d head_dim, L n_layers, V vocab, k top_k, E n_experts.
+Hardware FLOPs, what one GPU executes per token of its micro-batch (time.py turns them into seconds), split by
+the kernels that run them:
+
+    matmuls      2·(weights a token multiplies) forward; backward 2x that (input and weight gradients), or 1x for
+                 a frozen weight (LoRA's base: no weight gradient, arXiv:2106.09685); split by TP
+    experts      the routed experts' matmuls, k experts per token (Switch, arXiv:2101.03961), their own shapes
+    attention    QK^T and PV, 2·s·a·(d_qk + d_v) forward; FlashAttention skips the blocks a causal mask
+                 hides (half) and recomputes QK^T in backward: backward = 2.5 x forward (FlashAttention-2,
+                 arXiv:2307.08691 sec. 3.1 and its benchmark's FLOP count); eager attention computes the whole
+                 s x s square, backward 2 x forward
+    recompute    what checkpointing runs again in backward (Korthikanti et al. 2022, arXiv:2205.05198 sec. 5):
+                 full: the checkpointed layers' forward (one layer in checkpoint_every); selective: the attention
+                 core; selective_op: torchtitan's op policy saves every other matmul's output, so half the
+                 matmuls run again (torchtitan activation_checkpoint.py _save_list, "mm" every second)
+
+Memory-bound kernels (norms, activations, residuals, rotary embeddings, softmax, the loss) are counted by what
+they produce: the tensors the memory model saves for backward per layer and token without recomputation
+(activations.py, stage.py full_layer_bytes: the same ops, framework by framework) and the loss's buffers
+(loss.py), which time.py scales by its calibrated HBM passes; fp8 casts and a quantized LoRA base's dequantization
+are counted directly.
+
+Symbols: s seq_len, h d_model, a n_heads, g kv heads, d head_dim, f d_ff, L n_layers, V vocab, k top_k,
+E n_experts, t tp.
 """
 
-from engine.inputs.codes import Ckpt
+import numpy as np
+
+from engine.inputs.codes import FFN, Attn, Ckpt, LossImpl, Precision, Quant
+from engine.model.activations import fused_kernels, matmul_input_bytes
 from engine.model.common import formula
 from engine.model.params import (
+    attention_matrix_params,
     dims_param_count,
     embedding_params,
     expert_params,
+    ffn_params,
     has_dims,
+    head_dim,
+    kv_heads,
     lora_params_per_layer,
     n_moe_layers,
+    router_params,
 )
+from engine.model.split import layers_per_stage, params_per_gpu
+from engine.model.stage import attention_scores_bytes_per_token, full_layer_bytes
+from engine.model.states import frozen
+
+# FlashAttention-2's backward: five matmuls of the forward's size against the forward's two (dV, dP, dQ, dK and
+# the recomputed S = QK^T): benchmark_flash_attention.py counts bwd = 2.5 x fwd.
+FLASH_BACKWARD = 2.5
+# fp8 matmuls (Transformer Engine, torchao Float8Linear) cast each input and each output gradient: an amax read
+# (2 bytes), a read and an fp8 write (2 + 1) per element.
+FP8_CAST_BYTES = 5.0
+# Bytes the loss produces per logit (token x vocabulary entry), as the memory model measures its buffers with bf16
+# logits (data/measured/RECIPES.md, engine/model/loss.py): HF ForCausalLMLoss 10 in forward (the logits, their
+# fp32 copy, the fp32 log-probs) + 12 in backward (the nll gradient and log_softmax's, fp32, and the log-probs
+# they read); Megatron's fused vocabulary-parallel cross-entropy 6 + 6 (16-bit logits and one fp32 buffer, the
+# gradient made in place and cast back). torchtune's chunks produce the same, in pieces; Liger's fused linear
+# cross-entropy one chunk of 16-bit logits at a time, its gradient in place: 2 + 2. Memory-bound, like the layers'
+# elementwise ops: time.py applies the same MEMORY_PASSES.
+LOSS_PRODUCED_BYTES = 22.0
+FUSED_KERNEL_LOSS_PRODUCED_BYTES = 12.0
+FUSED_LINEAR_LOSS_PRODUCED_BYTES = 4.0
+# Bytes per weight of a quantized LoRA base as bitsandbytes stores it, by Quant code (int8: 1; nf4: 4 bits).
+QUANT_BYTES = np.array([0.0, 1.0, 0.5])
 
 
 @formula
@@ -36,11 +86,21 @@ def active_matmul_params(c):
 
 
 @formula
+def qk_v_dims(c):
+    """(d_qk, d_v): the per-head sizes of the scores' and the values' matmuls (MLA: nope + rope, v_head_dim)."""
+    d = head_dim(c)
+    if c.kv_lora_rank > 0:
+        return d + c.qk_rope_head_dim, c.v_head_dim
+    return d, d
+
+
+@formula
 def attention_flops_per_token(c):
-    """Forward FLOPs of the scores and their weighted sum per token: 2·2·a·d·s per layer (QK^T, PV)."""
+    """Forward FLOPs of the scores and their weighted sum per token, all layers: 2·s·a·(d_qk + d_v) per layer."""
     if not has_dims(c):
         return 0.0
-    return 4.0 * c.n_layers * c.n_heads * c.head_dim * c.seq_len
+    d_qk, d_v = qk_v_dims(c)
+    return 2.0 * c.n_layers * c.n_heads * (d_qk + d_v) * c.seq_len
 
 
 @formula
@@ -49,29 +109,186 @@ def model_flops_per_token(c):
     return 6.0 * active_matmul_params(c) + 3.0 * attention_flops_per_token(c)
 
 
-@formula
-def recompute_fraction(c):
-    """Share of the layers whose forward runs again in backward: with checkpointing = full, one layer in every
-    checkpoint_every (torchtitan's layer frequency; 1 = every layer)."""
-    if c.checkpointing != Ckpt.FULL:
-        return 0.0
-    return 1.0 / c.checkpoint_every
+# --- what one GPU runs, per token of its micro-batch and per layer (split by TP) -----------------------------
 
 
 @formula
-def hardware_flops_per_token(c):
-    """FLOPs a GPU executes per token: forward (2N + attention), backward (4N + 2·attention; a frozen base only
-    the 2N of its input gradients, its adapters all of theirs), and what recomputation repeats."""
-    n, attention = active_matmul_params(c), attention_flops_per_token(c)
-    forward = 2.0 * n + attention
-    if c.lora_rank > 0:
-        adapters = float(lora_params_per_layer(c)) * c.n_layers  # the whole model's adapters
-        backward = 2.0 * n + 2.0 * attention + 4.0 * adapters
-    else:
-        backward = 4.0 * n + 2.0 * attention
-    recompute = recompute_fraction(c) * forward
-    if c.checkpointing == Ckpt.SELECTIVE:
-        recompute += attention  # Megatron recomputes the attention core (Korthikanti sec. 4.2)
+def matmul_passes(c):
+    """Forward + backward + recomputed passes of a weight's matmul, in forward units: 1 + 2 (or 1 + 1 when the
+    weight is frozen) + what checkpointing runs again."""
+    backward = 1.0 if frozen(c) else 2.0
+    return 1.0 + backward + recompute_matmul_share(c)
+
+
+@formula
+def recompute_matmul_share(c):
+    """Share of a layer's forward matmuls that backward runs again: full (one layer in checkpoint_every),
+    selective_op (every other matmul); Megatron's selective recomputes no matmul with weights."""
+    if c.checkpointing == Ckpt.FULL:
+        return 1.0 / max(c.checkpoint_every, 1)
     if c.checkpointing == Ckpt.SELECTIVE_OP:
-        recompute += n  # torchtitan's op policy recomputes every other matmul's output: about half the forward
-    return forward + backward + recompute
+        return 0.5
+    return 0.0
+
+
+@formula
+def recompute_attention_share(c):
+    """Share of the attention core's forward that backward runs again: full recompute and Megatron's selective
+    (the attention core is what it recomputes); torchtitan's op policy saves the attention output."""
+    if c.checkpointing == Ckpt.FULL:
+        return 1.0 / max(c.checkpoint_every, 1)
+    if c.checkpointing == Ckpt.SELECTIVE:
+        return 1.0
+    return 0.0
+
+
+@formula
+def dense_matmul_params(c, moe_layer):
+    """Weights one token multiplies in one layer outside the routed experts: attention projections and the
+    dense FFN, or the router and the shared experts of an MoE layer."""
+    block = float(attention_matrix_params(c))
+    if not moe_layer:
+        return block + ffn_params(c, c.d_ff)
+    return block + router_params(c) + c.n_shared_experts * ffn_params(c, c.moe_d_ff)
+
+
+@formula
+def lora_flops_per_token_layer(c):
+    """LoRA adapters of one layer, forward + backward (both gradients): 6 x their parameters."""
+    return 6.0 * lora_params_per_layer(c) if c.lora_rank > 0 else 0.0
+
+
+@formula
+def attention_io_per_token(c):
+    """Activation elements the attention projections read and write per token, after TP: q/k/v in h, out
+    (a + 2g)·d/t; o in a·d/t, out h."""
+    h, a, g, d = float(c.d_model), c.n_heads, kv_heads(c), head_dim(c)
+    return 2.0 * h + (a + 2.0 * g) * d / c.tp + a * d / c.tp
+
+
+@formula
+def ffn_io_per_token(c, inner):
+    """Activation elements an FFN of inner size f reads and writes per token, after TP: up (and gate) in h, out
+    n·f/t; down in f/t, out h."""
+    n_in = 2.0 if c.ffn_type == FFN.SWIGLU else 1.0
+    return 2.0 * c.d_model + (n_in + 1.0) * inner / c.tp
+
+
+@formula
+def dense_io_per_token(c, moe_layer):
+    """Activation elements of one layer's matmuls outside the routed experts, per token."""
+    if not moe_layer:
+        return attention_io_per_token(c) + ffn_io_per_token(c, c.d_ff)
+    return attention_io_per_token(c) + c.n_shared_experts * ffn_io_per_token(c, c.moe_d_ff)
+
+
+@formula
+def attention_core_flops_per_token(c):
+    """Attention core hardware FLOPs per token and layer, forward + backward + recompute, split by TP: causal
+    FlashAttention computes half the s x s blocks (FlashAttention-2 sec. 3.1.1), eager and sdpa_math all."""
+    d_qk, d_v = qk_v_dims(c)
+    forward = 2.0 * c.seq_len * c.n_heads * (d_qk + d_v) / c.tp
+    if c.attention == Attn.FLASH:
+        return 0.5 * forward * (1.0 + FLASH_BACKWARD + recompute_attention_share(c))
+    return forward * (3.0 + recompute_attention_share(c))
+
+
+# --- one micro-batch on the most loaded pipeline stage ----------------------------------------------------------
+
+
+@formula
+def local_tokens_float(c):
+    """Tokens of one micro-batch on one rank, s·b/cp: the M of every matmul outside the experts."""
+    return float(c.seq_len) / c.cp * c.micro_batch
+
+
+@formula
+def stage_layers(c):
+    """(dense, MoE) layers of the most loaded stage: the one with the most MoE blocks (split.py)."""
+    lps = layers_per_stage(c)
+    moe = min(lps, n_moe_layers(c))
+    return float(lps - moe), float(moe)
+
+
+@formula
+def matmul_work(c):
+    """(FLOPs, operand bytes) of one micro-batch's dense matmuls: the stage's layers and, on the last stage, the
+    LM head (input and weight gradients; never recomputed). Operand bytes M·K + K·N + M·N per matmul, in the
+    matmul's input precision, as many times as it runs."""
+    m = local_tokens_float(c)
+    dense, moe = stage_layers(c)
+    e, t, passes = matmul_input_bytes(c), c.tp, matmul_passes(c)
+    weights = (dense * dense_matmul_params(c, False) + moe * dense_matmul_params(c, True)) / t
+    flops = 2.0 * m * weights * passes + m * (dense + moe) * lora_flops_per_token_layer(c) / t
+    io = dense * dense_io_per_token(c, False) + moe * dense_io_per_token(c, True)
+    nbytes = e * passes * (m * io + weights)
+    if c.lm_head:
+        head = float(c.vocab) * c.d_model / t
+        head_passes = 2.0 if frozen(c) else 3.0
+        flops += 2.0 * m * head * head_passes
+        nbytes += e * head_passes * (m * (c.d_model + float(c.vocab) / t) + head)
+    return flops, nbytes
+
+
+@formula
+def expert_work(c):
+    """(FLOPs, operand bytes) of one micro-batch's routed experts on this GPU: its s·b·k routed visits (times
+    capacity_factor on the most loaded rank) spread over its E/ep experts, each expert's matmul M that share."""
+    if c.n_experts == 0:
+        return 0.0, 0.0
+    moe = stage_layers(c)[1]
+    visits = local_tokens_float(c) * c.top_k * c.capacity_factor
+    e, t, passes = matmul_input_bytes(c), c.tp, matmul_passes(c)
+    weights = float(expert_params(c)) / t
+    flops = 2.0 * visits * weights * passes * moe
+    nbytes = e * passes * moe * (visits * ffn_io_per_token(c, c.moe_d_ff) + weights * c.n_experts / c.ep)
+    return flops, nbytes
+
+
+@formula
+def attention_work(c):
+    """Attention core FLOPs of one micro-batch (causal flash, backward, recompute: attention_core_flops_per_token)."""
+    dense, moe = stage_layers(c)
+    return local_tokens_float(c) * (dense + moe) * attention_core_flops_per_token(c)
+
+
+@formula
+def produced_bytes(c, r):
+    """(layers, loss): bytes one micro-batch's memory-bound kernels produce. The layers': what stage.py's
+    full_layer_bytes saves for backward (the s^2 scores included, as if nothing were recomputed); the loss's: its
+    logits (t·V/tp, vocabulary-parallel) times the bytes produced per logit above."""
+    dense, moe = stage_layers(c)
+    scores = attention_scores_bytes_per_token(c, r)
+    layers = dense * full_layer_bytes(c, r, False, scores)
+    if moe > 0:
+        layers += moe * full_layer_bytes(c, r, True, scores)
+    if not c.lm_head:
+        return layers, 0.0
+    if c.loss_impl == LossImpl.FUSED_LINEAR:
+        per_logit = FUSED_LINEAR_LOSS_PRODUCED_BYTES
+    else:
+        per_logit = FUSED_KERNEL_LOSS_PRODUCED_BYTES if fused_kernels(c) else LOSS_PRODUCED_BYTES
+    return layers, per_logit * local_tokens_float(c) * c.vocab / c.tp
+
+
+@formula
+def recompute_traffic_share(c):
+    """What recomputation adds to the memory-bound traffic: the forward's third of it, for the recomputed
+    share of the layer."""
+    return max(recompute_matmul_share(c), recompute_attention_share(c)) / 3.0
+
+
+@formula
+def cast_bytes(c):
+    """HBM bytes of one micro-batch that depend on the numerics, not on the ops: fp8 casts of every matmul input
+    and output gradient (FP8_CAST_BYTES per element); a quantized LoRA base dequantized for the forward, the
+    input gradient and any recompute (read QUANT_BYTES, write 2)."""
+    nbytes = 0.0
+    if c.precision == Precision.FP8:
+        dense, moe = stage_layers(c)
+        routed = c.top_k * c.capacity_factor * ffn_io_per_token(c, c.moe_d_ff)
+        io = dense * dense_io_per_token(c, False) + moe * (dense_io_per_token(c, True) + routed)
+        nbytes += FP8_CAST_BYTES * local_tokens_float(c) * io * (1.0 + recompute_matmul_share(c))
+    if c.lora_rank > 0 and c.base_quant != Quant.NONE:
+        nbytes += (2.0 + recompute_matmul_share(c)) * (QUANT_BYTES[c.base_quant] + 2.0) * params_per_gpu(c)
+    return nbytes

@@ -190,7 +190,8 @@ class Gpu(NamedTuple):
 def gpu_from_table(table, host_fits, rates, g):
     """The Gpu held in column g of a table of GpuColumns rows (the sweep kernel's per-rank table)."""
     return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_fits[g],
-               Rates(rates[0, g], rates[1, g], rates[2, g], rates[3, g], rates[4, g], rates[5, g]))
+               Rates(rates[0, g], rates[1, g], rates[2, g], rates[3, g], rates[4, g], rates[5, g], rates[6, g],
+                     rates[7, g], rates[8, g], rates[9, g]))
 
 
 @formula
