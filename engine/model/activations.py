@@ -29,6 +29,7 @@ from engine.inputs.codes import (
     ActFn,
     Attn,
     LoraTargets,
+    LossImpl,
     Norm,
     Precision,
 )
@@ -198,8 +199,9 @@ def split_bytes_per_token(c, moe_layer):
 
 @formula
 def head_bytes_per_token(c):
-    """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA)."""
-    head_in = matmul_input_bytes(c) if c.lora_rank == 0 else 0
+    """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA, nor for a
+    loss fused with the head, which computes the head's gradients in the forward: loss.py)."""
+    head_in = matmul_input_bytes(c) if c.lora_rank == 0 and c.loss_impl != LossImpl.FUSED_LINEAR else 0
     return norm_bytes_per_token(c) + head_in * c.d_model
 
 

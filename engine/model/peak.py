@@ -17,6 +17,7 @@ from typing import NamedTuple
 from engine.inputs.codes import Ckpt, Phase, ZeroGrad
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_GRADS_KEPT
+from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.stage import (
@@ -26,12 +27,7 @@ from engine.model.stage import (
     layers_activation_bytes,
     recompute_bytes,
 )
-from engine.model.temporaries import (
-    backward_workspace_bytes,
-    loss_backward_bytes,
-    loss_forward_bytes,
-    tied_gradient_sum_bytes,
-)
+from engine.model.temporaries import backward_workspace_bytes, tied_gradient_sum_bytes
 
 
 class Peak(NamedTuple):
@@ -85,7 +81,7 @@ def pageable_bytes(c, r):
 def forward_temp_bytes(c, r, last):
     t = r.cast_bytes + r.gather_bytes
     if last:
-        t += loss_forward_bytes(c)
+        t += loss_forward_bytes(c) + head_gradient_bytes(c)
     return t
 
 
@@ -100,6 +96,8 @@ def backward_temp_bytes(c, r, last):
     elif c.checkpointing != Ckpt.SELECTIVE_OP:
         t += r.cast_bytes
     layer = backward_workspace_bytes(c) + recompute_bytes(c, r)
+    if last:
+        t += head_gradient_bytes(c)
     return t + max(layer, loss_backward_bytes(c) if last else 0)
 
 

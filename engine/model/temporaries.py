@@ -1,6 +1,5 @@
-"""Transient buffers: alive for part of a step, and often what sets the peak.
+"""Transient buffers: alive for part of a step, and often what sets the peak (the loss's: loss.py).
 
-    logits and loss     the LM head's s*b*V logits and the loss's fp32 copies (often the peak at V = 128k)
     ZeRO-3 / FSDP       gathered full blocks in flight (current + prefetched) and the unsharded block grads
     DDP buckets         PyTorch DDP's gradient buckets, a second copy of the grads (gradient_as_bucket_view=False)
     autocast cache      torch.autocast's 16-bit copies of fp32 weights, saved for backward by each matmul
@@ -9,7 +8,7 @@
 """
 
 from engine.inputs.codes import Attn, Precision, Quant
-from engine.model.activations import fused_kernels, local_tokens, stream_bytes
+from engine.model.activations import local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import (
     FRAMEWORK_AUTOCAST_CACHE,
@@ -32,51 +31,6 @@ from engine.model.states import (
     trains,
     weight_bytes_per_param,
 )
-
-
-@formula
-def logits_bytes(c):
-    """The LM head's output, s*b*V/t in the compute dtype (vocab-parallel over TP, Megatron)."""
-    if not c.lm_head:
-        return 0
-    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, c.tp)
-
-
-@formula
-def fp32_logits_bytes(c):
-    if not c.lm_head:
-        return 0
-    return ceil_div(4 * local_tokens(c) * c.vocab, c.tp)
-
-
-@formula
-def loss_forward_bytes(c):
-    """Loss tensors at their forward peak (inside cross_entropy), logits included.
-
-    HF ForCausalLMLoss (transformers/loss/loss_utils.py): logits in the compute dtype, logits.float() (a copy
-    unless already fp32), then log_softmax's fp32 output, which it saves. Measured: the forward peak of the
-    loss is 10 bytes per token and vocabulary entry in bf16. Megatron (tensor_parallel/cross_entropy.py):
-    16-bit logits and one fp32 copy, exponentiated in place and saved.
-    """
-    if not has_dims(c):
-        return 0
-    if fused_kernels(c):
-        return logits_bytes(c) + fp32_logits_bytes(c)
-    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
-    return logits_bytes(c) + upcast + fp32_logits_bytes(c)
-
-
-@formula
-def loss_backward_bytes(c):
-    """Loss tensors at the start of backward, the usual peak: the saved fp32 log-probs, the nll gradient and
-    log_softmax's input gradient, 12 bytes per token and vocabulary entry (measured: the peak op is
-    _log_softmax_backward_data); the logits themselves are gone once the training loop drops the outputs.
-    Megatron computes the gradient in place in its saved buffer, then casts it to 16 bits."""
-    if not has_dims(c):
-        return 0
-    if fused_kernels(c):
-        return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
-    return 3 * fp32_logits_bytes(c)
 
 
 @formula

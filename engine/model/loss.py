@@ -1,0 +1,134 @@
+"""The LM head and the loss: the tensors of t = s*b/cp tokens x V vocabulary entries that often set the peak.
+
+    loss_impl       forward peak (inside the loss)              start of backward
+    standard        logits B_c + fp32 copy + log-probs 4        log-probs + two fp32 gradients: 12·t·V
+    chunked (n)     logits B_c + log-probs 4 + one fp32 chunk   the first chunk's gradients, or every chunk's
+                                                                dlogits with three head-weight gradients
+    fused_linear    head-weight and input gradients + one       the head-weight and input gradients
+                    logits chunk of c tokens (no t·V tensor)
+
+Sources: transformers/loss/loss_utils.py ForCausalLMLoss; torchtune modules/loss/ce_chunked_output_loss.py and
+TransformerDecoder.chunked_output; liger-kernel ops/fused_linear_cross_entropy.py; Megatron
+tensor_parallel/cross_entropy.py. Each term is measured in data/measured/RECIPES.md (loss_impl sections).
+B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V.
+"""
+
+from engine.inputs.codes import LossImpl
+from engine.model.activations import fused_kernels, local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
+from engine.model.params import has_dims
+from engine.model.states import compute_bytes, trains, weight_bytes_per_param
+
+
+@formula
+def logits_bytes(c):
+    """The LM head's output, s*b*V/t in the compute dtype (vocab-parallel over TP, Megatron)."""
+    if not c.lm_head:
+        return 0
+    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, c.tp)
+
+
+@formula
+def fp32_logits_bytes(c):
+    if not c.lm_head:
+        return 0
+    return ceil_div(4 * local_tokens(c) * c.vocab, c.tp)
+
+
+@formula
+def head_trains(c):
+    """The LM head's weight gets a gradient (full training; LoRA freezes it)."""
+    return c.lm_head and c.lora_rank == 0 and trains(c)
+
+
+@formula
+def head_weight_bytes(c, element_bytes):
+    return ceil_div(element_bytes * c.vocab * c.d_model, c.tp)
+
+
+@formula
+def loss_forward_bytes(c):
+    """Loss tensors at their forward peak (inside the loss), logits included.
+
+    standard, HF ForCausalLMLoss: logits in the compute dtype, logits.float() (a copy unless already fp32),
+    then log_softmax's fp32 output, which it saves: 10 bytes per token and vocabulary entry in bf16 (measured).
+    Megatron: 16-bit logits and one fp32 copy, exponentiated in place and saved.
+    chunked: every chunk's logits (the list lives until `del logits`) and log-probs, one chunk's fp32 copy.
+    fused_linear: see fused_linear_forward_bytes.
+    """
+    if not has_dims(c) or not c.lm_head:
+        return 0
+    if c.loss_impl == LossImpl.FUSED_LINEAR:
+        return fused_linear_forward_bytes(c)
+    if fused_kernels(c):
+        return logits_bytes(c) + fp32_logits_bytes(c)
+    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
+    if c.loss_impl == LossImpl.CHUNKED:
+        upcast = ceil_div(upcast, c.loss_chunks)
+    return logits_bytes(c) + upcast + fp32_logits_bytes(c)
+
+
+@formula
+def loss_backward_bytes(c):
+    """Loss tensors at the start of backward, the usual peak.
+
+    standard: the saved fp32 log-probs, the nll gradient and log_softmax's input gradient, 12 bytes per token
+    and vocabulary entry (measured: the peak op is _log_softmax_backward_data); the logits themselves are gone
+    once the training loop drops the outputs. Megatron computes the gradient in place in its saved buffer,
+    then casts it to 16 bits.
+    chunked: autograd runs every chunk's cross-entropy backward before any chunk's head backward (the loss
+    nodes are the newest), so the larger of the first chunk's (all log-probs, two fp32 chunk gradients) and
+    all chunks' dlogits, the first two consumed, beside three V·h head-weight gradients at the first sum.
+    fused_linear: the input gradient computed in the forward (the head-weight one is head_gradient_bytes).
+    """
+    if not has_dims(c) or not c.lm_head:
+        return 0
+    if c.loss_impl == LossImpl.FUSED_LINEAR:
+        return local_tokens(c) * c.d_model * stream_bytes(c)
+    if fused_kernels(c):
+        return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
+    if c.loss_impl == LossImpl.CHUNKED:
+        n = c.loss_chunks
+        first_chunk = fp32_logits_bytes(c) + 2 * ceil_div(fp32_logits_bytes(c), n)
+        weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
+        all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
+        return max(first_chunk, all_dlogits)
+    return 3 * fp32_logits_bytes(c)
+
+
+@formula
+def fused_linear_chunk_tokens(c):
+    """Liger's chunk: the next power of two of t / ceil(V/h) tokens, at most t (a logits chunk of about t·h)."""
+    t = local_tokens(c)
+    target = ceil_div(t, ceil_div(c.vocab, c.d_model))
+    chunk = 1
+    while chunk < target:
+        chunk *= 2
+    return min(chunk, t)
+
+
+@formula
+def fused_linear_forward_bytes(c):
+    """Liger's fused linear cross-entropy in the forward: the input gradient (t·h, the hidden states' dtype)
+    and the loss per token, one logits chunk in the compute dtype (a new one per chunk under autocast, the
+    previous alive while it is made), and the head weight's 16-bit casts under autocast (one cached, one per
+    chunk for W.t()) or the fp32 weight-gradient product per chunk (fp32). The head-weight gradient is
+    head_gradient_bytes."""
+    t, h = local_tokens(c), c.d_model
+    chunk = fused_linear_chunk_tokens(c)
+    fixed = t * h * stream_bytes(c) + 4 * t
+    logits_chunk = ceil_div(chunk * c.vocab * compute_bytes(c), c.tp)
+    if weight_bytes_per_param(c) != compute_bytes(c):  # autocast: fp32 weight, 16-bit matmuls
+        return fixed + 2 * logits_chunk + 2 * head_weight_bytes(c, compute_bytes(c))
+    if compute_bytes(c) == 4:
+        return fixed + logits_chunk + head_weight_bytes(c, 4)
+    return fixed + logits_chunk
+
+
+@formula
+def head_gradient_bytes(c):
+    """fused_linear computes the head weight's gradient in the forward: it exists from the loss on, through
+    the whole backward, before any other gradient (Liger saves grad_weight for backward)."""
+    if not has_dims(c) or c.loss_impl != LossImpl.FUSED_LINEAR or not head_trains(c):
+        return 0
+    return head_weight_bytes(c, weight_bytes_per_param(c))
