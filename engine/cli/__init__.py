@@ -12,8 +12,15 @@ from engine.errors import UserError
 COMMANDS = [explain, estimate, measure, validate, sweep, query, report, verify]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line like every other user mistake (not the usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"memsim: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
+    parser = Parser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

@@ -144,6 +144,7 @@ class Invalid(IntEnum):
     NO_DIMS = 13
     ZERO_ONE_REPLICA = 14
     TOO_LARGE = 15
+    SEQ_POSITIONS = 16
 
 
 INVALID_REASONS = {
@@ -163,6 +164,7 @@ INVALID_REASONS = {
     Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
     Invalid.ZERO_ONE_REPLICA: "zero_stage > 0 with one data-parallel replica shards nothing: it is zero_stage 0",
     Invalid.TOO_LARGE: "its bytes exceed 2^62 (beyond any GPU, and beyond what a 64-bit count can hold)",
+    Invalid.SEQ_POSITIONS: "seq_len exceeds the model's learned positions (n_positions)",
 }
 
 # The CONFIG.md strings of each categorical column, in code order.

@@ -1,14 +1,51 @@
-"""A sweep spec (TOML): its axes, title and output options, read and checked (CONFIG.md, "Sweep specs")."""
+"""A sweep spec (TOML): its axes, title and output options, read and checked (CONFIG.md, "Sweep specs").
+
+Every table and option is checked here, by type: an unknown table, an unknown option or a value of the wrong
+type is one line naming it (a quoted "false" is not false; a table memsim does not read is not silently
+ignored).
+"""
 
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from engine.errors import UserError
 from engine.inputs.vocabulary import check_columns
 
-SPEC_TABLES = {"axes", "output", "filters"}
-OUTPUT_OPTIONS = {"feasible_only", "valid_only", "rows_per_chunk", "compression", "compact"}
+SPEC_TABLES = {"axes", "output"}
+MAX_ROWS_PER_CHUNK = 1 << 24  # a chunk's buffers are about 300 bytes a row: 5 GiB at this size
+COMPRESSIONS = ("lz4", "zstd", "snappy", "gzip", "brotli", "none")  # what pyarrow's Parquet writer takes
+
+
+def _bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"[output] {name} must be true or false (a TOML boolean, unquoted), got {value!r}")
+    return value
+
+
+def _rows_per_chunk(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ROWS_PER_CHUNK:
+        raise UserError(f"[output] {name} must be an integer from 1 to {MAX_ROWS_PER_CHUNK:,}, got {value!r}")
+    return value
+
+
+def _compression(name: str, value) -> str:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in COMPRESSIONS or (text != "none" and not pa.Codec.is_available(text)):
+        raise UserError(f"[output] {name} must be one of {', '.join(COMPRESSIONS)}, got {value!r}")
+    return text
+
+
+OPTION_CHECKS = {
+    "feasible_only": _bool,
+    "valid_only": _bool,
+    "compact": _bool,
+    "rows_per_chunk": _rows_per_chunk,
+    "compression": _compression,
+}
+OUTPUT_OPTIONS = set(OPTION_CHECKS)
 
 
 @dataclass(frozen=True)
@@ -26,7 +63,12 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no sweep spec at {path}")
-    text = path.read_text()
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise UserError(f"cannot read sweep spec {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"sweep spec {path} is not a UTF-8 text file (a TOML spec was expected)") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -34,10 +76,19 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(doc, text)
 
 
+def is_value(v) -> bool:
+    """A TOML scalar an axis may hold: text, an integer, a float or a boolean (not a table, array or date)."""
+    return isinstance(v, (str, int, float, bool))
+
+
 def parse_spec(doc: dict, text: str = "") -> Spec:
     unknown = set(doc) - SPEC_TABLES - {"title"}
+    if "filters" in unknown:
+        raise UserError("[filters] is not supported: memsim filters no rows of a sweep; keep valid or fitting rows "
+                        "with [output] valid_only / feasible_only, and filter the rest in SQL (memsim sql)")
     if unknown:
-        raise UserError(f"unknown table(s) {sorted(unknown)} in sweep spec (accepted: title, {', '.join(sorted(SPEC_TABLES))})")
+        raise UserError(f"unknown table(s) or key(s) {sorted(unknown)} in sweep spec "
+                        f"(accepted: title, {', '.join(f'[{t}]' for t in sorted(SPEC_TABLES))})")
     axes = doc.get("axes")
     if not isinstance(axes, dict) or not axes:
         raise UserError("a sweep spec needs an [axes] table with at least one axis")
@@ -45,8 +96,16 @@ def parse_spec(doc: dict, text: str = "") -> Spec:
     for name, values in axes.items():
         if isinstance(values, list) and not values:
             raise UserError(f"axis '{name}' is empty")
+        if not (is_value(values) or (isinstance(values, list) and all(is_value(v) for v in values))):
+            raise UserError(f"axis '{name}' takes a value or a list of values (text, numbers, true/false), got {values!r}")
+    title = doc.get("title", "memsim sweep")
+    if not isinstance(title, str):
+        raise UserError(f"the spec's title must be text, got {title!r}")
     output = doc.get("output", {})
-    bad = set(output) - OUTPUT_OPTIONS
+    if not isinstance(output, dict):
+        raise UserError(f"[output] must be a table of options ({', '.join(sorted(OUTPUT_OPTIONS))}), got {output!r}")
+    bad = set(output) - set(OUTPUT_OPTIONS)
     if bad:
         raise UserError(f"unknown [output] option(s) {sorted(bad)} (accepted: {', '.join(sorted(OUTPUT_OPTIONS))})")
-    return Spec(axes=axes, title=str(doc.get("title", "memsim sweep")), output=output, text=text)
+    output = {name: OPTION_CHECKS[name](name, value) for name, value in output.items()}
+    return Spec(axes=axes, title=title, output=output, text=text)

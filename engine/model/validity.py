@@ -107,12 +107,14 @@ def model_layout_reason(c):
 
 @formula
 def sequence_reason(c):
-    """Rules on the sequence length: SP splits it over tp, load-balanced ring attention into 2 * cp chunks; and
-    the step's magnitude."""
+    """Rules on the sequence length: SP splits it over tp, load-balanced ring attention into 2 * cp chunks, a
+    learned position table (GPT-2, BERT) holds n_positions rows; and the step's magnitude."""
     if step_magnitude_reason(c) != Invalid.OK:
         return Invalid.TOO_LARGE
     if c.sp and c.seq_len % c.tp != 0:
         return Invalid.SP_SEQ
     if c.cp > 1 and c.seq_len % (2 * c.cp) != 0:
         return Invalid.CP_SEQ
+    if c.n_positions > 0 and c.seq_len > c.n_positions:  # a learned position table has no row past its end
+        return Invalid.SEQ_POSITIONS
     return Invalid.OK
