@@ -10,7 +10,7 @@ from engine.model.states import (
     device_grad_bytes,
     device_optimizer_bytes,
     device_weight_bytes,
-    host_bytes,
+    host_states_bytes,
 )
 from engine.model.temporaries import optimizer_step_bytes
 from tests.support import config, outputs
@@ -126,8 +126,8 @@ def test_offload_moves_bytes_to_the_host_without_losing_any():
     kw = dict(model="llama-3.1-8b", n_gpus=8, zero_stage=2, precision="amp_bf16", framework="deepspeed")
     on, off = config(**kw), config(**kw, offload="optimizer")
     on_device = device_weight_bytes(on) + device_optimizer_bytes(on) + optimizer_step_bytes(on, rank_terms(on).trainable_params)
-    assert device_weight_bytes(off) + host_bytes(off) == on_device
-    assert device_optimizer_bytes(off) == 0 and device_grad_bytes(off) == 0 and host_bytes(on) == 0
+    assert device_weight_bytes(off) + host_states_bytes(off) == on_device
+    assert device_optimizer_bytes(off) == 0 and device_grad_bytes(off) == 0 and host_states_bytes(on) == 0
 
 
 def test_peak_phase_is_optimizer_for_tiny_activations():

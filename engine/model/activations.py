@@ -89,6 +89,26 @@ def norm_bytes_per_token(c):
 
 
 @formula
+def norm_pack_duplicate_bytes_per_token(c):
+    """An op-by-op RMSNorm hands its fp32 input to saved-tensor hooks twice (pow and the multiply): 4h bytes
+    that a hook copying every pack (activation_offload) copies once more (modeling_llama.py LlamaRMSNorm)."""
+    if fused_kernels(c) or c.norm_type == Norm.LAYERNORM:
+        return 0
+    return 4 * c.d_model
+
+
+@formula
+def pack_duplicate_bytes_per_token(c):
+    """What one layer hands to saved-tensor hooks beyond its distinct saved tensors, per token: its two norms'
+    fp32 inputs, and outside autocast (which casts one copy per matmul) the projection input q, k and v share
+    (two more packs) and gate and up share (one more). Traced: llama bf16 block, 14h."""
+    shared = 0
+    if c.lora_rank == 0 and not autocast(c) and not c.fused_projections and not fused_kernels(c):
+        shared = (2 + (1 if c.ffn_type == FFN.SWIGLU else 0)) * matmul_input_bytes(c) * c.d_model
+    return 2 * norm_pack_duplicate_bytes_per_token(c) + shared
+
+
+@formula
 def adapted(c, targets):
     """Whether LoRA adapts a projection group: lora_targets >= targets (qv < attn < all_linear)."""
     return c.lora_targets >= targets

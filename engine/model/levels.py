@@ -36,7 +36,8 @@ from engine.model.selective_op import (
     selective_op_split_bytes_per_token,
 )
 from engine.model.split import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
-from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_bytes
+from engine.model.stage import offloaded_activation_bytes
+from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
 from engine.model.temporaries import (
     autocast_cache_bytes,
     ddp_bucket_bytes,
@@ -59,12 +60,12 @@ class RankColumns(NamedTuple):
     weight_bytes: int
     grad_bytes: int
     optimizer_bytes: int
-    host_bytes: int  # host RAM the offload needs per GPU
 
 
 class Rank(NamedTuple):
     columns: RankColumns
     reason: int  # Invalid code of the layout rules
+    host_states_bytes: int  # host RAM the offloaded states need (states.py)
     params: int  # parameters held, before ZeRO sharding
     trainable_params: int
     block_params: int  # one transformer block's parameters: what ZeRO-3 gathers at a time
@@ -89,14 +90,15 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        return Rank(RankColumns(NULL, NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return Rank(RankColumns(NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
-    columns = RankColumns(device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c), host_bytes(c))
+    columns = RankColumns(device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c))
     return Rank(
         columns,
         reason,
+        host_states_bytes(c),
         params,
         trainable,
         block,
@@ -130,6 +132,7 @@ class StepColumns(NamedTuple):
     peak_phase: int  # a Phase code
     peak_grad_bytes: int  # gradients live at the peak
     peak_optimizer_bytes: int  # optimizer states live at the peak
+    host_bytes: int  # host RAM the offload needs per GPU: offloaded states and activations
 
 
 class Step(NamedTuple):
@@ -160,14 +163,15 @@ def step_terms(c, r):
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
-        columns = StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+        columns = StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
     p = peak(c, r)
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes)
     grads = r.columns.grad_bytes if p.grads_live else 0
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
+    host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid, reason, p.activation_bytes, p.temp_bytes, p.allocated_bytes, slack,
-                          p.allocated_bytes + slack, p.phase, grads, optimizer)
+                          p.allocated_bytes + slack, p.phase, grads, optimizer, host)
     largest, largest_bytes = largest_component(r, columns)
     return Step(columns, True, step_work(c, r), largest, largest_bytes)
 
@@ -182,14 +186,14 @@ class GpuColumns(NamedTuple):
 
 class Gpu(NamedTuple):
     columns: GpuColumns
-    host_fits: bool  # offloaded states fit the host RAM of this GPU's share of a node
+    host_ram_bytes: int  # this GPU's share of its node's RAM (gpus.toml; 0: unknown, not a constraint)
     rates: Rates  # how fast it computes and communicates (time.py)
 
 
 @formula
-def gpu_from_table(table, host_fits, rates, g):
+def gpu_from_table(table, host_ram, rates, g):
     """The Gpu held in column g of a table of GpuColumns rows (the sweep kernel's per-rank table)."""
-    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_fits[g],
+    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_ram[g],
                Rates(rates[0, g], rates[1, g], rates[2, g], rates[3, g], rates[4, g], rates[5, g], rates[6, g],
                      rates[7, g], rates[8, g], rates[9, g]))
 
@@ -201,16 +205,9 @@ def usable_bytes(c):
 
 
 @formula
-def host_fits(c, r):
-    """Offloaded states fit the host's RAM share of this GPU (gpus.toml host_ram_bytes_per_node / gpus_per_node);
-    unknown host RAM (0) is not a constraint."""
-    return c.host_ram_bytes == 0 or r.columns.host_bytes <= c.host_ram_bytes
-
-
-@formula
 def gpu_terms(c, r):
     """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
-    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_fits(c, r), gpu_rates(c, r))
+    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), c.host_ram_bytes, gpu_rates(c, r))
 
 
 class DeviceColumns(NamedTuple):
@@ -234,7 +231,8 @@ def device_terms(r, s, g):
         return Device(DeviceColumns(NULL, fits, NULL), NO_TIMES)
     overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead
-    fits = int(device <= g.columns.usable_bytes and g.host_fits)
+    host_fits = g.host_ram_bytes == 0 or s.columns.host_bytes <= g.host_ram_bytes  # 0: unknown, no constraint
+    fits = int(device <= g.columns.usable_bytes and host_fits)
     bottleneck = Component.OVERHEAD.value if overhead > s.largest_bytes else s.largest
     return Device(DeviceColumns(device, fits, bottleneck), device_times(s.work, g.rates))
 

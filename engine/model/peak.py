@@ -27,7 +27,7 @@ from engine.model.stage import (
     layers_activation_bytes,
     recompute_bytes,
 )
-from engine.model.temporaries import backward_workspace_bytes, tied_gradient_sum_bytes
+from engine.model.temporaries import backward_workspace_bytes, head_cast_bytes, tied_gradient_sum_bytes
 
 
 class Peak(NamedTuple):
@@ -90,7 +90,9 @@ def backward_temp_bytes(c, r, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations, whichever is larger; plus gathers and kept weight casts."""
     t = r.gather_bytes + r.reduce_bytes
-    if c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
+    if c.activation_offload:  # the decoder's saved casts went to host; the head's (outside the context) stays
+        t += head_cast_bytes(c) if last else 0
+    elif c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
         lps = layers_per_stage(c)
         t += ceil_div(r.cast_bytes * (lps - checkpointed_layers(c, lps)), lps)
     elif c.checkpointing != Ckpt.SELECTIVE_OP:

@@ -6,10 +6,18 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 """
 
 from engine.inputs.codes import Ckpt, PPSchedule
-from engine.model.activations import has_dropout, local_tokens, stream_bytes
+from engine.model.activations import (
+    has_dropout,
+    local_tokens,
+    norm_bytes_per_token,
+    norm_pack_duplicate_bytes_per_token,
+    pack_duplicate_bytes_per_token,
+    stream_bytes,
+)
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.split import layers_per_stage
+from engine.model.states import compute_bytes
 
 
 @formula
@@ -74,8 +82,19 @@ def checkpointed_layers(c, layers):
 
 @formula
 def layers_activation_bytes(c, r, dense, moe):
-    """What `dense` dense and `moe` MoE layers keep for one micro-batch; under full recomputation the layers
-    left unchecked keep everything, their scores included."""
+    """What `dense` dense and `moe` MoE layers keep on the device for one micro-batch: what they save, or none
+    of it under activation_offload (torchtune OffloadActivations copies every saved tensor of the decoder to
+    host RAM at pack time; data/measured/RECIPES.md: device saved 2.27 -> 2.02 GiB with full checkpointing,
+    4.84 -> 0.52 GiB without)."""
+    if c.activation_offload:
+        return 0
+    return layers_saved_bytes(c, r, dense, moe)
+
+
+@formula
+def layers_saved_bytes(c, r, dense, moe):
+    """What `dense` dense and `moe` MoE layers save for backward for one micro-batch; under full recomputation
+    the layers left unchecked keep everything, their scores included."""
     total = 0
     for moe_layer, count in ((False, dense), (True, moe)):
         if count > 0:
@@ -86,6 +105,26 @@ def layers_activation_bytes(c, r, dense, moe):
             else:
                 total += (count - kept) * layer_activation_bytes(c, r, moe_layer)
     return total
+
+
+@formula
+def offloaded_activation_bytes(c, r):
+    """Host RAM activation_offload fills in one step on the first stage (torchtune OffloadActivations): one host
+    copy per pack of every tensor of at least 1 KiB the decoder saves that is not a parameter. That is the
+    checkpoint input of a checkpointed layer; all that another layer saves, its repeated packs
+    (activations.pack_duplicate_bytes_per_token) and the 16-bit weight views its matmuls save; the final
+    norm's packs. Measured host (data/measured/recipes.csv): t·(L·B_r·h + 10h + 16) with full checkpointing
+    (llama-3.2-1b bf16), 6.46 GiB for 4.32 GiB off the device without (llama-400m bf16 s2048 b2)."""
+    if not c.activation_offload or not has_dims(c):
+        return 0
+    lps = layers_per_stage(c)
+    moe_layers = min(lps, n_moe_layers(c))
+    unchecked = lps - checkpointed_layers(c, lps)
+    packs = local_tokens(c) * pack_duplicate_bytes_per_token(c) + compute_bytes(c) * r.block_params
+    per_microbatch = layers_saved_bytes(c, r, lps - moe_layers, moe_layers) + unchecked * packs
+    num, den = in_flight_layer_factor(c)
+    final_norm = norm_bytes_per_token(c) + norm_pack_duplicate_bytes_per_token(c) if c.pp == 1 else 0
+    return ceil_div(per_microbatch * num, den) + local_tokens(c) * final_norm
 
 
 @formula

@@ -243,8 +243,9 @@ def device_optimizer_bytes(c):
 
 
 @formula
-def host_bytes(c):
-    """Host RAM the offload needs per GPU: fp32 states and fp32 gradients (ZeRO-Offload), and weights."""
+def host_states_bytes(c):
+    """Host RAM the states' offload needs per GPU: fp32 states and fp32 gradients (ZeRO-Offload), and weights.
+    Offloaded activations add theirs per step (stage.offloaded_activation_bytes)."""
     total = 0
     if offloads_optimizer(c):
         total += optimizer_bytes_unplaced(c) + sharded(c, 4 * trainable_params_per_gpu(c), 1, False)

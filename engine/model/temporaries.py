@@ -97,6 +97,14 @@ def autocast_cache_bytes(c, params):
 
 
 @formula
+def head_cast_bytes(c):
+    """The LM head's share of the autocast cache: its V·h weight cast to 16 bits, saved by the head's matmul."""
+    if not c.lm_head or autocast_cache_bytes(c, c.vocab * c.d_model + c.n_positions * c.d_model) == 0:
+        return 0
+    return 2 * ceil_div(c.vocab * c.d_model, c.tp)
+
+
+@formula
 def dequant_bytes(c):
     """QLoRA / int8 LoRA: one linear weight dequantized to 16 bits at a time (bitsandbytes MatMul4Bit)."""
     if c.lora_rank == 0 or c.base_quant == Quant.NONE:

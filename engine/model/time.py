@@ -267,7 +267,7 @@ def offload_seconds(c, r):
         return 0.0
     partition = float(sharded(c, r.trainable_params, 1, False))
     transfer = partition * (grad_bytes_per_param(c) + compute_bytes(c)) / HOST_LINK_BYTES_PER_S
-    return transfer + OPTIMIZER_PASSES * r.columns.host_bytes / HOST_MEMORY_BYTES_PER_S
+    return transfer + OPTIMIZER_PASSES * r.host_states_bytes / HOST_MEMORY_BYTES_PER_S
 
 
 @formula
