@@ -43,7 +43,6 @@ SPEC_TABLE_HELP = {
     "axes": "input column -> a list of values (or one value); `model` and `gpu` also take `\"all\"` or a catalog "
             "tag. Every input left out takes its default. Model dimensions are not axes: sweep models through `model`",
     "output": "options of the dataset written (below)",
-    "filters": "accepted; no filter is applied by the engine today (keep rows with [output] instead)",
 }
 OUTPUT_OPTION_HELP = {
     "compact": "bool (default false): keep the index, the axes and the feasibility columns only",

@@ -35,7 +35,7 @@ from engine.inputs.codes import (
 )
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_FUSED_KERNELS
-from engine.model.states import compute_bytes
+from engine.model.states import compute_bytes, torchao_fp8
 
 
 @formula
@@ -47,9 +47,11 @@ def fused_kernels(c):
 
 @formula
 def autocast(c):
-    """torch.autocast (framework pytorch, amp): fp32 weights and residual stream, 16-bit matmuls."""
+    """torch.autocast (framework pytorch, amp; fp8 under torchao): fp32 weights and residual stream, 16-bit
+    matmuls."""
     p = c.precision
-    return FRAMEWORK_AUTOCAST_CACHE[c.framework] and (p == Precision.AMP_BF16 or p == Precision.AMP_FP16)
+    amp = p == Precision.AMP_BF16 or p == Precision.AMP_FP16 or torchao_fp8(c)
+    return FRAMEWORK_AUTOCAST_CACHE[c.framework] and amp
 
 
 @formula
@@ -60,8 +62,9 @@ def stream_bytes(c):
 
 @formula
 def matmul_input_bytes(c):
-    """Element size of a saved matmul input: 16-bit (autocast's cast copy), 4 in fp32, 1 in fp8 (TE)."""
-    return 1 if c.precision == Precision.FP8 else compute_bytes(c)
+    """Element size of a saved matmul input: 16-bit (autocast's cast copy), 4 in fp32, 1 in fp8 under Transformer
+    Engine (torchao's Float8Linear saves the bf16 input: data/measured/RECIPES.md, precision = fp8)."""
+    return 1 if c.precision == Precision.FP8 and not torchao_fp8(c) else compute_bytes(c)
 
 
 @formula

@@ -23,6 +23,7 @@ from engine.model.conventions import (
     FRAMEWORK_AMP_GRAD_BYTES,
     FRAMEWORK_AMP_MASTER_BYTES,
     FRAMEWORK_AMP_WEIGHT_BYTES,
+    FRAMEWORK_FP8_TORCHAO,
     OPTIMIZER_BLOCK,
     OPTIMIZER_FACTORED,
     OPTIMIZER_STATE_BITS,
@@ -45,6 +46,13 @@ def is_amp(c):
     """fp32 master weights with half-precision compute: amp_bf16, amp_fp16, and fp8 (TE keeps a master)."""
     p = c.precision
     return p == Precision.AMP_BF16 or p == Precision.AMP_FP16 or p == Precision.FP8
+
+
+@formula
+def torchao_fp8(c):
+    """precision = fp8 as torchao runs it (frameworks.toml fp8_torchao): amp_bf16's autocast over fp32 parameters,
+    with every linear but the head converted to Float8Linear (torchao float8/float8_linear.py)."""
+    return c.precision == Precision.FP8 and FRAMEWORK_FP8_TORCHAO[c.framework]
 
 
 @formula
@@ -175,8 +183,9 @@ def frozen_base_bytes(c):
 
 @formula
 def fp8_weight_copy_bytes(c):
-    """Transformer Engine caches an fp8 copy of each linear weight and its transpose: 1 + 1 bytes."""
-    if c.precision != Precision.FP8:
+    """Transformer Engine caches an fp8 copy of each linear weight and its transpose: 1 + 1 bytes; torchao casts
+    per call and keeps none."""
+    if c.precision != Precision.FP8 or torchao_fp8(c):
         return 0
     linear = max(0, params_per_gpu(c) - ceil_div(c.vocab * c.d_model, c.tp))
     return 2 * linear

@@ -28,6 +28,7 @@ from engine.model.states import (
     is_amp,
     sharded,
     state_bytes,
+    torchao_fp8,
     trains,
     weight_bytes_per_param,
 )
@@ -85,8 +86,10 @@ def tied_gradient_sum_bytes(c):
 def autocast_cache_bytes(c, params):
     """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
     2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
-    if not FRAMEWORK_AUTOCAST_CACHE[c.framework] or not is_amp(c) or c.precision == Precision.FP8:
+    if not FRAMEWORK_AUTOCAST_CACHE[c.framework] or not is_amp(c):
         return 0
+    if c.precision == Precision.FP8:  # torchao casts its converted linears to fp8 per call; the head stays bf16
+        return 2 * ceil_div(c.vocab * c.d_model, c.tp) if torchao_fp8(c) and c.lm_head else 0
     if c.zero_stage == 3 and c.dp * c.cp > 1:
         return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
