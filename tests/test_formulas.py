@@ -148,3 +148,17 @@ def test_offloaded_states_must_fit_the_hosts_ram():
               checkpointing="full", framework="deepspeed")
     assert outputs(config(**kw))["fits"] == 1  # fits: a DGX H100 has 2 TiB of RAM for 8 GPUs
     assert outputs(config(**kw, host_ram_bytes=2**30))["fits"] == 0  # 1 GiB of host RAM per GPU cannot hold the states
+
+
+def test_zero_offload_trains_13b_on_one_v100():
+    # ZeRO-Offload (arXiv:2101.06840 sec. 6.2): a 13B model on one 32 GB V100. The optimizer steps on the CPU,
+    # so the GPU holds the fp16 weights, activations and buckets, no step buffer; the host's 194 GiB of states
+    # fit because one GPU of a node has the node's RAM to itself (a full node's share would be 64 GiB).
+    kw = dict(model="llama-2-13b", gpu="v100-sxm2-32gb", n_gpus=1, zero_stage=2, offload="optimizer",
+              framework="deepspeed", precision="amp_fp16", checkpointing="full", seq_len=1024)
+    c = config(**kw)
+    assert optimizer_step_bytes(c, rank_terms(c).trainable_params) == 0
+    out = outputs(c)
+    assert out["fits"] == 1 and out["host_bytes"] > 64 * 2**30
+    crowded = outputs(config(**{**kw, "host_ram_bytes": 16 * 2**30}))  # a node with 8 x 16 GiB cannot hold them
+    assert crowded["valid"] == 1 and crowded["device_peak_bytes"] == out["device_peak_bytes"] and crowded["fits"] == 0

@@ -19,6 +19,7 @@ from engine.inputs.codes import (
 from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import INPUTS, RECORD
 from engine.model.kernel import evaluate
+from engine.model.levels import host_ram_per_gpu
 from engine.model.outputs import OUTPUTS
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
@@ -175,6 +176,7 @@ def explain(case: dict) -> dict:
         "usable_bytes": usable,
         "margin_bytes": usable - r["device_peak_bytes"],
         "host_bytes": r["host_bytes"],
+        "host_ram_bytes": int(host_ram_per_gpu(rec)),  # what one GPU of the job may fill on its node (0: unknown)
         "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
     }
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
@@ -197,9 +199,17 @@ def render(result: dict) -> str:
     lines.append(f"{'device peak (nvidia-smi)':<30}{peak / GIB:>9.2f}   of {cap / GIB:.1f} GiB, {usable / GIB:.1f} usable after headroom")
     lines.append(f"peak phase: {result['peak_phase']}    bottleneck: {result['bottleneck']}")
     margin = result["margin_bytes"] / GIB
-    lines.append(f"FITS with {margin:.2f} GiB to spare" if result["fits"] else f"DOES NOT FIT: {-margin:.2f} GiB over budget")
-    if result["host_bytes"]:
-        lines.append(f"host RAM for offload: {result['host_bytes'] / GIB:.2f} GiB per GPU")
+    host, host_ram = result["host_bytes"], result["host_ram_bytes"]
+    if result["fits"]:
+        lines.append(f"FITS with {margin:.2f} GiB to spare")
+    elif margin >= 0:
+        lines.append(f"DOES NOT FIT: the GPU holds the peak ({margin:.2f} GiB to spare), but the offload needs "
+                     f"{host / GIB:.2f} GiB of host RAM per GPU and each has {host_ram / GIB:.2f}")
+    else:
+        lines.append(f"DOES NOT FIT: {-margin:.2f} GiB over budget")
+    if host:
+        ram = f", {host_ram / GIB:.1f} GiB available to each" if host_ram else " (the host's RAM unknown)"
+        lines.append(f"host RAM for offload: {host / GIB:.2f} GiB per GPU{ram}")
     lines.append(time_line(result["outputs"]))
     if result["suggestions"]:
         lines += ["", "what to change (one at a time):"]

@@ -85,7 +85,7 @@ GPU_FIELDS = [
     Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0, high=2**50),
     Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0, high=2**50),
     Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0, high=2**50),
-    Field("host_ram_bytes", "int", 0, "host RAM per GPU for offload (0 = the catalog node's share)", low=0, high=2**56),
+    Field("host_ram_bytes", "int", 0, "host RAM per GPU of a full node, for offload (0 = the catalog node's share); a job on fewer GPUs than a node shares the node's RAM among them", low=0, high=2**56),
     # For time and cost (engine/model/time.py): 0 = the catalog's.
     Field("bf16_tflops", "float", 0.0, "dense bf16 tensor-core peak, TFLOP/s (fp16 where the GPU has no bf16)", low=0.0, high=1e6),
     Field("fp8_tflops", "float", 0.0, "dense fp8 tensor-core peak, TFLOP/s (0: no fp8)", low=0.0, high=1e6),

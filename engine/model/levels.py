@@ -205,9 +205,20 @@ def usable_bytes(c):
 
 
 @formula
+def host_ram_per_gpu(c):
+    """Host RAM one GPU of the job may fill: host_ram_bytes is one GPU's share of a full node; a job on fewer GPUs
+    than a node holds shares the node's RAM among its own (ZeRO-Offload trains a 13B model on one V100 of a node
+    with 1.5 TB: arXiv:2101.06840 sec. 6.2)."""
+    per_node, on_node = c.gpus_per_node, min(c.n_gpus, c.gpus_per_node)
+    if per_node <= 1 or on_node >= per_node or on_node < 1:
+        return c.host_ram_bytes
+    return int(min(float(c.host_ram_bytes) * per_node / on_node, 2.0**62))
+
+
+@formula
 def gpu_terms(c, r):
     """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
-    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), c.host_ram_bytes, gpu_rates(c, r))
+    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_ram_per_gpu(c), gpu_rates(c, r))
 
 
 class DeviceColumns(NamedTuple):

@@ -26,6 +26,7 @@ from engine.model.states import (
     compute_bytes,
     grad_bytes_per_param,
     is_amp,
+    offloads_optimizer,
     sharded,
     state_bytes,
     torchao_fp8,
@@ -123,10 +124,11 @@ def optimizer_step_bytes(c, trainable_params):
     of exp_avg_sq, one state-sized buffer. Adafactor (transformers/optimization.py) and Lion work per tensor:
     update buffers of the largest tensor. Megatron and DeepSpeed step with fused Adam (no such buffer);
     DeepSpeed casts the fp16 gradient partition to fp32 first (stage_1_and_2.py): data/frameworks.toml.
+    An offloaded optimizer allocates nothing on the GPU for its step.
     """
     n, o, impl = trainable_params, c.optimizer, c.optimizer_impl
-    if not trains(c):
-        return 0
+    if not trains(c) or offloads_optimizer(c):
+        return 0  # an offloaded optimizer steps on the host (ZeRO-Offload, arXiv:2101.06840 sec. 4.1: CPU Adam)
     if not FRAMEWORK_TORCH_OPTIMIZER[c.framework]:
         return sharded(c, FRAMEWORK_STEP_GRAD_FP32[c.framework] * n, 1, False) if is_amp(c) else 0
     largest = min(n, ceil_div(largest_layer_params(c), c.tp))
