@@ -15,6 +15,8 @@ from engine.model.states import (
 from engine.model.temporaries import optimizer_step_bytes
 from tests.support import config, outputs
 
+TINY_LLAMA = dict(n_layers=2, vocab=32000, ffn_type="swiglu", norm_type="rmsnorm", seq_len=512)
+
 
 def layer_bytes(c, moe=False):
     """One layer's activations for one micro-batch."""
@@ -162,3 +164,20 @@ def test_zero_offload_trains_13b_on_one_v100():
     assert out["fits"] == 1 and out["host_bytes"] > 64 * 2**30
     crowded = outputs(config(**{**kw, "host_ram_bytes": 16 * 2**30}))  # a node with 8 x 16 GiB cannot hold them
     assert crowded["valid"] == 1 and crowded["device_peak_bytes"] == out["device_peak_bytes"] and crowded["fits"] == 0
+
+
+@pytest.mark.parametrize("dims, precision, traced", [
+    # Bytes per token Inductor's partition saves for one block (engine/checks/measure/recipe_compile.py, flash,
+    # rotary cos/sin left out; data/measured/RECIPES.md, compile).
+    (dict(d_model=1024, n_heads=16, n_kv_heads=16, d_ff=2816), "bf16", 33_352),  # llama-400m-like
+    (dict(d_model=1024, n_heads=16, n_kv_heads=16, d_ff=2816), "amp_bf16", 35_400),
+    (dict(d_model=2048, n_heads=32, n_kv_heads=4, d_ff=5632), "bf16", 59_528),  # tinyllama-1.1b-like
+    (dict(d_model=1024, n_heads=16, n_kv_heads=16, d_ff=4096, ffn_type="gelu", norm_type="layernorm",
+          act_fn="gelu_new", fused_projections=True, linear_bias="all", dropout=0.1), "bf16", 34_888),  # gpt2-355m
+])
+def test_compiled_block_keeps_what_inductors_partition_saves(dims, precision, traced):
+    c = config(**{**TINY_LLAMA, **dims}, precision=precision, attention="flash", compile=True)
+    r = rank_terms(c)
+    assert r.compiled_replicated_per_token + r.compiled_split_per_token == traced
+    eager = config(**{**TINY_LLAMA, **dims}, precision=precision, attention="flash")
+    assert layer_bytes(c) < layer_bytes(eager)

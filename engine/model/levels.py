@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.inputs.codes import Component, Invalid
 from engine.model.activations import (
+    has_dropout,
     head_bytes_per_token,
     replicated_bytes_per_token,
     scores_bytes_per_key,
@@ -27,6 +28,11 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import formula
+from engine.model.compiled import (
+    compiled_replicated_bytes_per_token,
+    compiled_scores_bytes_per_key,
+    compiled_split_bytes_per_token,
+)
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.peak import peak
@@ -83,6 +89,9 @@ class Rank(NamedTuple):
     sac_split_per_token: int
     sac_moe_split_per_token: int
     sac_scores_per_key: int
+    compiled_replicated_per_token: int  # the same under torch.compile (compiled.py; dense layers)
+    compiled_split_per_token: int
+    compiled_scores_per_key: int
 
 
 @formula
@@ -90,7 +99,8 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        return Rank(RankColumns(NULL, NULL, NULL), reason, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        return Rank(RankColumns(NULL, NULL, NULL), reason, *zeros)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
@@ -116,6 +126,9 @@ def rank_terms(c):
         selective_op_split_bytes_per_token(c, c.d_ff),
         selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),
         selective_op_scores_bytes_per_key(c),
+        compiled_replicated_bytes_per_token(c, stream_bytes(c), has_dropout(c)),
+        compiled_split_bytes_per_token(c, c.d_ff),
+        compiled_scores_bytes_per_key(c, has_dropout(c)),
     )
 
 

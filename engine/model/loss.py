@@ -2,6 +2,7 @@
 
     loss_impl       forward peak (inside the loss)              start of backward
     standard        logits B_c + fp32 copy + log-probs 4        log-probs + two fp32 gradients: 12·t·V
+    standard, compiled  logits B_c (fused: no fp32 tensor)      logits and their gradient: 2·B_c·t·V
     chunked (n)     logits B_c + log-probs 4 + one fp32 chunk   the first chunk's gradients, or every chunk's
                                                                 dlogits with three head-weight gradients
     fused_linear    head-weight and input gradients + one       the head-weight and input gradients
@@ -62,6 +63,8 @@ def loss_forward_bytes(c):
         return fused_linear_forward_bytes(c)
     if fused_kernels(c):
         return logits_bytes(c) + fp32_logits_bytes(c)
+    if compiled_loss(c):
+        return logits_bytes(c) + 8 * local_tokens(c)
     upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
         upcast = ceil_div(upcast, c.loss_chunks)
@@ -87,6 +90,8 @@ def loss_backward_bytes(c):
         return local_tokens(c) * c.d_model * stream_bytes(c)
     if fused_kernels(c):
         return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
+    if compiled_loss(c):
+        return 2 * logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
         n = c.loss_chunks
         first_chunk = fp32_logits_bytes(c) + 2 * ceil_div(fp32_logits_bytes(c), n)
@@ -94,6 +99,17 @@ def loss_backward_bytes(c):
         all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
     return 3 * fp32_logits_bytes(c)
+
+
+@formula
+def compiled_loss(c):
+    """torch.compile over the standard loss (torchtitan's and torchtune's compile also take the loss; the HF
+    Trainer's takes the model's forward, loss included). Derived from Inductor's partition of the head and
+    transformers' loss, traced by engine/checks/measure/recipe_compile.py (data/measured/RECIPES.md, compile):
+    the fused kernels never materialize the fp32 copy nor the log-probs; the forward keeps the 16-bit logits and
+    two fp32 scalars per token (max, log-sum-exp), and the backward's fused kernel writes one 16-bit gradient of
+    the logits beside them. Buffers inside the kernels are not known without running Inductor's code."""
+    return c.compile and c.loss_impl == LossImpl.STANDARD
 
 
 @formula

@@ -7,6 +7,7 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from engine.inputs.codes import Ckpt, PPSchedule
 from engine.model.activations import (
+    fused_kernels,
     has_dropout,
     local_tokens,
     norm_bytes_per_token,
@@ -43,7 +44,18 @@ def layer_activation_bytes(c, r, moe_layer):
         return ceil_div(kept, c.tp) if c.sp else kept
     if c.checkpointing == Ckpt.SELECTIVE_OP:
         return selective_op_layer_bytes(c, r, moe_layer)
+    if c.compile and c.checkpointing == Ckpt.NONE and not moe_layer and not fused_kernels(c):
+        return compiled_layer_bytes(c, r)
     return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
+
+
+@formula
+def compiled_layer_bytes(c, r):
+    """What one dense layer keeps under torch.compile: the saved set of Inductor's partition (compiled.py)."""
+    tokens, t = local_tokens(c), c.tp
+    replicated = r.compiled_replicated_per_token * tokens
+    split = (r.compiled_split_per_token + r.compiled_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp) * tokens
+    return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
 @formula
