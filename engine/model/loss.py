@@ -63,7 +63,7 @@ def loss_forward_bytes(c):
         return fused_linear_forward_bytes(c)
     if fused_kernels(c):
         return logits_bytes(c) + fp32_logits_bytes(c)
-    if compiled_loss(c):
+    if c.compile:  # the compiled cross-entropy keeps the 16-bit logits (all chunks') and two fp32 scalars
         return logits_bytes(c) + 8 * local_tokens(c)
     upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
@@ -95,6 +95,8 @@ def loss_backward_bytes(c):
     if c.loss_impl == LossImpl.CHUNKED:
         n = c.loss_chunks
         first_chunk = fp32_logits_bytes(c) + 2 * ceil_div(fp32_logits_bytes(c), n)
+        if c.compile:  # compiled: every chunk's 16-bit logits and the first chunk's 16-bit gradient
+            first_chunk = logits_bytes(c) + ceil_div(logits_bytes(c), n)
         weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
         all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
@@ -103,12 +105,13 @@ def loss_backward_bytes(c):
 
 @formula
 def compiled_loss(c):
-    """torch.compile over the standard loss (torchtitan's and torchtune's compile also take the loss; the HF
-    Trainer's takes the model's forward, loss included). Derived from Inductor's partition of the head and
-    transformers' loss, traced by engine/checks/measure/recipe_compile.py (data/measured/RECIPES.md, compile):
-    the fused kernels never materialize the fp32 copy nor the log-probs; the forward keeps the 16-bit logits and
-    two fp32 scalars per token (max, log-sum-exp), and the backward's fused kernel writes one 16-bit gradient of
-    the logits beside them. Buffers inside the kernels are not known without running Inductor's code."""
+    """torch.compile over the standard loss (torchtitan compiles the loss with the blocks, compile.components;
+    the HF Trainer compiles the model's forward, loss included; torchtune's compiled chunked loss: the chunked
+    branches). Derived from Inductor's partition of the head and transformers' loss, traced by
+    engine/checks/measure/recipe_compile.py (data/measured/RECIPES.md, compile): the fused kernels never
+    materialize the fp32 copy nor the log-probs; the forward keeps the 16-bit logits and two fp32 scalars per
+    token (max, log-sum-exp), and the backward's fused kernel writes one 16-bit gradient of the logits beside
+    them. Buffers inside the kernels are not known without running Inductor's code."""
     return c.compile and c.loss_impl == LossImpl.STANDARD
 
 
