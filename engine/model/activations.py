@@ -138,15 +138,20 @@ def input_copies(c, separate, targets, adapters):
 
 
 @formula
-def replicated_bytes_per_token(c):
-    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks."""
-    h = c.d_model
+def projection_inputs_bytes_per_token(c):
+    """The column-parallel projections' saved inputs (q, k, v and the FFN's up projections), per token."""
     qv = 3 if c.lora_rank == 0 else (2 if c.lora_targets == LoraTargets.QV else 3)
     qkv_in = input_copies(c, 3, LoraTargets.QV, qv)
     n_up = 2 if c.ffn_type == FFN.SWIGLU else 1
     ffn_in = input_copies(c, n_up, LoraTargets.ALL_LINEAR, n_up)
-    masks = 2 * h if has_dropout(c) else 0
-    return 2 * norm_bytes_per_token(c) + (qkv_in + ffn_in) * h + masks
+    return (qkv_in + ffn_in) * c.d_model
+
+
+@formula
+def replicated_bytes_per_token(c):
+    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks."""
+    masks = 2 * c.d_model if has_dropout(c) else 0
+    return 2 * norm_bytes_per_token(c) + projection_inputs_bytes_per_token(c) + masks
 
 
 @formula
@@ -224,7 +229,13 @@ def split_bytes_per_token(c, moe_layer):
 def head_bytes_per_token(c):
     """The final norm's saved tensors and the LM head's input (none for a frozen head under LoRA, nor for a
     loss fused with the head, which computes the head's gradients in the forward: loss.py)."""
+    return norm_bytes_per_token(c) + head_input_bytes_per_token(c)
+
+
+@formula
+def head_input_bytes_per_token(c):
+    """The LM head's saved input (none for a frozen head, nor for a loss fused with the head)."""
     head_in = matmul_input_bytes(c) if c.lora_rank == 0 and c.loss_impl != LossImpl.FUSED_LINEAR else 0
-    return norm_bytes_per_token(c) + head_in * c.d_model
+    return head_in * c.d_model
 
 

@@ -22,6 +22,8 @@ from engine.inputs.codes import Component, Invalid
 from engine.model.activations import (
     has_dropout,
     head_bytes_per_token,
+    head_input_bytes_per_token,
+    projection_inputs_bytes_per_token,
     replicated_bytes_per_token,
     scores_bytes_per_key,
     split_bytes_per_token,
@@ -41,6 +43,7 @@ from engine.model.selective_op import (
     selective_op_scores_bytes_per_key,
     selective_op_split_bytes_per_token,
 )
+from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetch_bytes, reduce_scatter_bytes
 from engine.model.split import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
 from engine.model.stage import offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
@@ -49,8 +52,6 @@ from engine.model.temporaries import (
     ddp_bucket_bytes,
     dequant_bytes,
     optimizer_step_bytes,
-    zero3_gather_bytes,
-    zero3_grad_bytes,
 )
 from engine.model.time import Rates, Times, Work, device_times, gpu_rates, step_work
 from engine.model.validity import layout_reason, sequence_reason
@@ -76,8 +77,10 @@ class Rank(NamedTuple):
     trainable_params: int
     block_params: int  # one transformer block's parameters: what ZeRO-3 gathers at a time
     cast_bytes: int  # torch.autocast's 16-bit weight copies
-    gather_bytes: int  # ZeRO-3 gathered blocks in flight, LoRA's dequantized weight
-    reduce_bytes: int  # ZeRO-3 unsharded block gradients before their reduce-scatter
+    gather_bytes: int  # gathered from the end of forward through backward (sharding.py), LoRA's dequantized weight
+    prefetch_bytes: int  # FSDP's block prefetched in backward
+    reduce_bytes: int  # one block's gradients on their way to the shards
+    end_bytes: int  # sharding buffers when backward ends
     step_bytes: int  # what the optimizer step allocates
     bucket_bytes: int  # DDP / DeepSpeed gradient buckets
     replicated_per_token: int  # activation bytes per token per layer that TP leaves whole
@@ -85,6 +88,8 @@ class Rank(NamedTuple):
     moe_split_per_token: int  # ... that TP splits (MoE layer)
     scores_per_key: int  # s^2 attention terms per token and key
     head_per_token: int  # the final norm and the LM head's input
+    inputs_per_token: int  # the projections' saved inputs (part of replicated_per_token)
+    head_input_per_token: int  # the LM head's saved input (part of head_per_token)
     sac_replicated_per_token: int  # the same under selective_op (selective_op.py)
     sac_split_per_token: int
     sac_moe_split_per_token: int
@@ -99,7 +104,7 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return Rank(RankColumns(NULL, NULL, NULL), reason, *zeros)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
@@ -113,8 +118,10 @@ def rank_terms(c):
         trainable,
         block,
         autocast_cache_bytes(c, params),
-        zero3_gather_bytes(c, block) + dequant_bytes(c),
-        zero3_grad_bytes(c, block, trainable),
+        gathered_bytes(c, params, block) + dequant_bytes(c),
+        prefetch_bytes(c, block),
+        reduce_scatter_bytes(c, block, trainable),
+        end_of_backward_bytes(c, params, block, trainable),
         optimizer_step_bytes(c, trainable),
         ddp_bucket_bytes(c, trainable),
         replicated_bytes_per_token(c),
@@ -122,6 +129,8 @@ def rank_terms(c):
         split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0,
         scores_bytes_per_key(c),
         head_bytes_per_token(c),
+        projection_inputs_bytes_per_token(c),
+        head_input_bytes_per_token(c),
         selective_op_replicated_bytes_per_token(c, stream_bytes(c), c.d_ff),
         selective_op_split_bytes_per_token(c, c.d_ff),
         selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),

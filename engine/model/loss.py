@@ -17,23 +17,34 @@ B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V.
 from engine.inputs.codes import LossImpl
 from engine.model.activations import fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
+from engine.model.conventions import FRAMEWORK_DTENSOR_TP
 from engine.model.params import has_dims
 from engine.model.states import compute_bytes, trains, weight_bytes_per_param
 
 
 @formula
+def vocab_shards(c):
+    """Ranks the logits are split over: t with Megatron's vocabulary-parallel loss or PyTorch's loss_parallel;
+    1 under PyTorch's DTensor plan otherwise, whose head output is gathered on every rank (Replicate:
+    data/measured/PARALLEL.md, tp: 12·s·b·V at the loss on every rank, not divided by t)."""
+    if FRAMEWORK_DTENSOR_TP[c.framework] and not c.loss_parallel:
+        return 1
+    return c.tp
+
+
+@formula
 def logits_bytes(c):
-    """The LM head's output, s*b*V/t in the compute dtype (vocab-parallel over TP, Megatron)."""
+    """The LM head's output, s*b*V in the compute dtype, over the vocabulary shards."""
     if not c.lm_head:
         return 0
-    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, c.tp)
+    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, vocab_shards(c))
 
 
 @formula
 def fp32_logits_bytes(c):
     if not c.lm_head:
         return 0
-    return ceil_div(4 * local_tokens(c) * c.vocab, c.tp)
+    return ceil_div(4 * local_tokens(c) * c.vocab, vocab_shards(c))
 
 
 @formula
@@ -90,6 +101,10 @@ def loss_backward_bytes(c):
         return local_tokens(c) * c.d_model * stream_bytes(c)
     if fused_kernels(c):
         return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
+    if c.loss_parallel and c.tp > 1 and FRAMEWORK_DTENSOR_TP[c.framework]:
+        # torch.distributed.tensor.parallel.loss_parallel: its backward keeps the shifted logits and makes
+        # zeros_like, exp and add, four fp32 (s·b, V/t) tensors (PARALLEL.md, tp_loss_parallel).
+        return 4 * fp32_logits_bytes(c)
     if compiled_loss(c):
         return 2 * logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
@@ -136,7 +151,7 @@ def fused_linear_forward_bytes(c):
     t, h = local_tokens(c), c.d_model
     chunk = fused_linear_chunk_tokens(c)
     fixed = t * h * stream_bytes(c) + 4 * t
-    logits_chunk = ceil_div(chunk * c.vocab * compute_bytes(c), c.tp)
+    logits_chunk = ceil_div(chunk * c.vocab * compute_bytes(c), vocab_shards(c))
     if weight_bytes_per_param(c) != compute_bytes(c):  # autocast: fp32 weight, 16-bit matmuls
         return fixed + 2 * logits_chunk + 2 * head_weight_bytes(c, compute_bytes(c))
     if compute_bytes(c) == 4:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from engine.inputs.codes import Ckpt, Phase, ZeroGrad
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_GRADS_KEPT
+from engine.model.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import n_moe_layers
 from engine.model.split import layers_per_stage
@@ -66,9 +66,12 @@ def states_bytes(r, with_grads):
 
 
 @formula
-def buckets_bytes(r, with_grads):
-    """Gradient buckets exist once the first backward has made them, alongside the gradients."""
-    return r.bucket_bytes if with_grads else 0
+def buckets_bytes(c, r, with_grads):
+    """Gradient buckets: PyTorch DDP allocates its buckets when it is constructed and never frees them, so
+    they are alive in every phase (data/measured/PARALLEL.md, ddp: every row is the single-GPU peak plus
+    P·grad_bytes); DeepSpeed's reduce bucket exists alongside the gradients."""
+    ddp = FRAMEWORK_DDP_BUCKET_COPY[c.framework] and c.zero_stage == 0
+    return r.bucket_bytes if with_grads or ddp else 0
 
 
 @formula
@@ -88,8 +91,9 @@ def forward_temp_bytes(c, r, last):
 @formula
 def backward_temp_bytes(c, r, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
-    workspace and its recomputed activations, whichever is larger; plus gathers and kept weight casts."""
-    t = r.gather_bytes + r.reduce_bytes
+    workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
+    plus what stays gathered and the kept weight casts."""
+    t = r.gather_bytes
     if c.activation_offload:  # the decoder's saved casts went to host; the head's (outside the context) stays
         t += head_cast_bytes(c) if last else 0
     elif c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
@@ -97,10 +101,11 @@ def backward_temp_bytes(c, r, last):
         t += ceil_div(r.cast_bytes * (lps - checkpointed_layers(c, lps)), lps)
     elif c.checkpointing != Ckpt.SELECTIVE_OP:
         t += r.cast_bytes
-    layer = backward_workspace_bytes(c) + recompute_bytes(c, r)
+    layer = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes + r.reduce_bytes
+    loss = r.prefetch_bytes + loss_backward_bytes(c) if last else 0
     if last:
         t += head_gradient_bytes(c)
-    return t + max(layer, loss_backward_bytes(c) if last else 0)
+    return t + max(layer, loss)
 
 
 @formula
@@ -109,18 +114,18 @@ def stage_peak(c, r, last, acts):
     stage, holding `acts` bytes of activations."""
     g = grads_live_in_forward(c)
     live = states_bytes(r, g) - pageable_bytes(c, r)
-    fwd_t = forward_temp_bytes(c, r, last) + buckets_bytes(r, g)
+    fwd_t = forward_temp_bytes(c, r, last) + buckets_bytes(c, r, g)
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
-    bwd_t = backward_temp_bytes(c, r, last) + buckets_bytes(r, g)
+    bwd_t = backward_temp_bytes(c, r, last) + buckets_bytes(c, r, g)
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
-        end_t = r.gather_bytes + r.reduce_bytes + r.step_bytes
+        end_t = r.end_bytes + r.step_bytes
         backward_end = Peak(states_bytes(r, False) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, False)
         optimizer = backward_end
     else:
-        end_t = r.gather_bytes + r.reduce_bytes + buckets_bytes(r, True) + tied_gradient_sum_bytes(c)
+        end_t = r.end_bytes + buckets_bytes(c, r, True) + tied_gradient_sum_bytes(c)
         backward_end = Peak(states_bytes(r, True) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, True)
-        opt_t = r.step_bytes + buckets_bytes(r, True)
+        opt_t = r.step_bytes + buckets_bytes(c, r, True)
         optimizer = Peak(states_bytes(r, True) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end

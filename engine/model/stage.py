@@ -16,6 +16,7 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import ceil_div, formula
+from engine.model.conventions import FRAMEWORK_DTENSOR_TP
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes
@@ -30,6 +31,9 @@ def full_layer_bytes(c, r, moe_layer, scores):
     replicated = r.replicated_per_token * tokens
     split_per_token = r.moe_split_per_token if moe_layer else r.split_per_token
     split = (split_per_token + scores) * tokens
+    if c.sp and FRAMEWORK_DTENSOR_TP[c.framework]:  # the projections save their all-gathered, whole inputs
+        gathered = r.inputs_per_token * tokens
+        return ceil_div(replicated - gathered + split, t) + gathered
     return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)
 
 
@@ -165,6 +169,9 @@ def head_activation_bytes(c, r):
     if not c.lm_head:
         return 0
     kept = local_tokens(c) * r.head_per_token
+    if c.sp and FRAMEWORK_DTENSOR_TP[c.framework]:  # the head saves its all-gathered input
+        gathered = local_tokens(c) * r.head_input_per_token
+        return ceil_div(kept - gathered, c.tp) + gathered
     return ceil_div(kept, c.tp) if c.sp else kept
 
 

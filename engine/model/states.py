@@ -23,7 +23,9 @@ from engine.model.conventions import (
     FRAMEWORK_AMP_GRAD_BYTES,
     FRAMEWORK_AMP_MASTER_BYTES,
     FRAMEWORK_AMP_WEIGHT_BYTES,
+    FRAMEWORK_DTENSOR_TP,
     FRAMEWORK_FP8_TORCHAO,
+    FRAMEWORK_FSDP_GATHERS,
     OPTIMIZER_BLOCK,
     OPTIMIZER_FACTORED,
     OPTIMIZER_STATE_BITS,
@@ -142,6 +144,13 @@ def sharded(c, n, min_stage, expert):
 
 
 @formula
+def weight_shard_stage(c):
+    """The ZeRO stage from which the weights are sharded: 2 under FSDP (SHARD_GRAD_OP keeps sharded parameters
+    and gathers them for compute: sharding.py), 3 under DeepSpeed (ZeRO-2 replicates the 16-bit weights)."""
+    return 2 if FRAMEWORK_FSDP_GATHERS[c.framework] else 3
+
+
+@formula
 def frozen(c):
     """The base model does not train: LoRA adapters train instead, or there is no optimizer at all."""
     return c.lora_rank > 0 or not trains(c)
@@ -152,9 +161,9 @@ def trainable_weight_bytes(c):
     """Weights that train: every parameter, split into non-expert and expert ZeRO groups."""
     b = weight_bytes_per_param(c)
     if frozen(c):
-        return sharded(c, b * lora_params_per_gpu(c), 3, False)
-    dense = sharded(c, b * nonexpert_params_per_gpu(c), 3, False)
-    return dense + sharded(c, b * expert_params_per_gpu(c), 3, True)
+        return sharded(c, b * lora_params_per_gpu(c), weight_shard_stage(c), False)
+    dense = sharded(c, b * nonexpert_params_per_gpu(c), weight_shard_stage(c), False)
+    return dense + sharded(c, b * expert_params_per_gpu(c), weight_shard_stage(c), True)
 
 
 @formula
@@ -174,11 +183,11 @@ def frozen_base_bytes(c):
     """
     n = params_per_gpu(c)
     if c.base_quant == Quant.NONE:
-        return sharded(c, weight_bytes_per_param(c) * n, 3, False)
+        return sharded(c, weight_bytes_per_param(c) * n, weight_shard_stage(c), False)
     unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings else 2), c.tp * c.pp)
     linear = max(0, n - unquantized)
     q = quantized_bytes(linear) if c.base_quant == Quant.NF4 else linear
-    return sharded(c, q + 2 * unquantized, 3, False)
+    return sharded(c, q + 2 * unquantized, weight_shard_stage(c), False)
 
 
 @formula
@@ -219,7 +228,18 @@ def device_grad_bytes(c):
     if c.lora_rank > 0:
         return sharded(c, b * lora_params_per_gpu(c), 2, False)
     dense = sharded(c, b * nonexpert_params_per_gpu(c), 2, False)
-    return dense + sharded(c, b * expert_params_per_gpu(c), 2, True)
+    return dense + sharded(c, b * expert_params_per_gpu(c), 2, True) + replicated_embedding_grad_bytes(c)
+
+
+@formula
+def replicated_embedding_grad_bytes(c):
+    """DTensor's embedding_dense_backward strategy gives the vocabulary-parallel embedding a Replicate V·h
+    gradient on every TP rank while the weight is Shard(0): (1 - 1/t)·V·h more than its share
+    (data/measured/PARALLEL.md, tp: 2,101,346,304 B on llama-3.1-8b dims at an optimizer-step peak)."""
+    if c.tp == 1 or not FRAMEWORK_DTENSOR_TP[c.framework] or c.zero_stage >= 2:
+        return 0  # under FSDP it is reduce-scattered with the root group's gradients (sharding.py)
+    vh = c.vocab * c.d_model
+    return grad_bytes_per_param(c) * (vh - ceil_div(vh, c.tp))
 
 
 @formula

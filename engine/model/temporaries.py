@@ -1,6 +1,6 @@
-"""Transient buffers: alive for part of a step, and often what sets the peak (the loss's: loss.py).
+"""Transient buffers: alive for part of a step, and often what sets the peak (the loss's: loss.py; FSDP and
+ZeRO-3 gathers: sharding.py).
 
-    ZeRO-3 / FSDP       gathered full blocks in flight (current + prefetched) and the unsharded block grads
     DDP buckets         PyTorch DDP's gradient buckets, a second copy of the grads (gradient_as_bucket_view=False)
     autocast cache      torch.autocast's 16-bit copies of fp32 weights, saved for backward by each matmul
     optimizer step      foreach AdamW's sqrt(v) buffer, DeepSpeed's fp32 gradient partition, Adafactor's update
@@ -33,25 +33,6 @@ from engine.model.states import (
     trains,
     weight_bytes_per_param,
 )
-
-
-@formula
-def zero3_gather_bytes(c, block_params):
-    """ZeRO-3 / FSDP FULL_SHARD: the current and the prefetched block, gathered in the compute dtype.
-
-    FSDP (arXiv:2304.11277 sec. 3.3, forward/backward prefetch); DeepSpeed stage3 prefetch buckets.
-    """
-    if c.zero_stage < 3 or c.dp * c.cp == 1:
-        return 0
-    return 2 * compute_bytes(c) * block_params
-
-
-@formula
-def zero3_grad_bytes(c, block_params, trainable_params):
-    """ZeRO-3 / FSDP backward: one block's unsharded gradients before their reduce-scatter."""
-    if c.zero_stage < 3 or c.dp * c.cp == 1 or not trains(c):
-        return 0
-    return grad_bytes_per_param(c) * min(block_params, trainable_params)
 
 
 @formula
@@ -91,8 +72,6 @@ def autocast_cache_bytes(c, params):
         return 0
     if c.precision == Precision.FP8:  # torchao casts its converted linears to fp8 per call; the head stays bf16
         return 2 * ceil_div(c.vocab * c.d_model, c.tp) if torchao_fp8(c) and c.lm_head else 0
-    if c.zero_stage == 3 and c.dp * c.cp > 1:
-        return 0  # FSDP gathers each block already in 16 bits (MixedPrecision param_dtype)
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
         return 0  # bitsandbytes dequantizes instead of casting
     # Lookup tables are never cast: the token embedding unless it doubles as the (cast) LM head, positions.

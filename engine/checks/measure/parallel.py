@@ -120,12 +120,19 @@ def _layout(c: dict) -> str:
 
 def _check_layout(c: dict, h: dict) -> None:
     t, p, cp, ep, d, z = c["tp"], c["pp"], c["cp"], c["ep"], c["dp"], c["zero_stage"]
-    fsdp = c["framework"] == "fsdp"
+    # FSDP2 is framework 'fsdp' with a MixedPrecisionPolicy under amp (bf16 parameters, as torchtitan runs it),
+    # or framework 'pytorch' at zero_stage 2/3: fp32 parameters under torch.autocast, no MixedPrecisionPolicy.
+    fsdp = c["framework"] == "fsdp" or z > 0
     if fsdp and z not in (2, 3):
-        raise UserError("framework='fsdp' is FSDP2: zero_stage 3 (FULL_SHARD) or 2 (SHARD_GRAD_OP)")
-    if not fsdp and z:
-        raise UserError(f"zero_stage={z} with framework='pytorch' has no PyTorch implementation; "
-                        "use framework='fsdp' (zero_stage 2 or 3)")
+        raise UserError(f"zero_stage={z} has no PyTorch implementation; FSDP2 is zero_stage 3 (FULL_SHARD) or 2 "
+                        "(SHARD_GRAD_OP)")
+    amp = c["precision"].startswith("amp")
+    if c["framework"] == "pytorch" and z and h["fsdp_param_dtype"]:
+        raise UserError("framework='pytorch' with zero_stage is FSDP2 under torch.autocast, no MixedPrecisionPolicy: "
+                        "fsdp_param_dtype must be empty (framework='fsdp' sets one)")
+    if c["framework"] == "fsdp" and amp and not h["fsdp_param_dtype"]:
+        raise UserError("framework='fsdp' under amp is FSDP2 with a MixedPrecisionPolicy (fsdp_param_dtype); "
+                        "FSDP2 under torch.autocast is framework='pytorch' with zero_stage 2 or 3")
     if c["offload"] == "optimizer":
         raise UserError("offload='optimizer' has no FSDP2 form; FSDP2's CPUOffloadPolicy is offload='optimizer_params'")
     if c["offload"] != "none" and not (fsdp and t == p == cp == ep == 1):

@@ -111,7 +111,7 @@ def _distribute(model, c: dict, lb):
         fsdp_mesh = mesh._flatten("dp_cp") if c["dp"] > 1 else mesh["cp"]
         apply_fsdp(model, c, fsdp_mesh, blocks)
         return model, mesh["cp"]
-    if c["framework"] == "fsdp":
+    if c["framework"] == "fsdp" or c["zero_stage"] > 0:
         apply_fsdp(model, c, mesh, blocks)
         return model, None
     if c["dp"] > 1:

@@ -1,0 +1,107 @@
+"""Sharded parameters gathered for compute and gradients reduce-scattered: FSDP and ZeRO-3's transient buffers.
+
+FSDP2 (torch/distributed/fsdp/_fully_shard, frameworks pytorch and fsdp at zero_stage 2 and 3): each decoder block
+and the root (embedding, final norm, head) is one group, gathered in the parameter dtype (bf16 under a
+MixedPrecisionPolicy, framework fsdp; fp32 under torch.autocast, framework pytorch). Measured rank by rank
+(data/measured/PARALLEL.md, fsdp2 and fsdp2_noreshard):
+- FULL_SHARD (zero_stage 3): the root is never resharded after forward, so it stays gathered from the forward to
+  the end of backward; backward prefetches one block ahead: at the loss one block is in flight, during a block's
+  backward that block and the next; each block's gradients are reduce-scattered from a full-size buffer in the
+  reduce dtype (fp32 under the MixedPrecisionPolicy) into a 1/d-size output.
+- SHARD_GRAD_OP (zero_stage 2, reshard_after_forward=False): every block stays gathered from its forward to its
+  backward, so the whole model is gathered at the end of forward and at the loss.
+DeepSpeed ZeRO-3 (arXiv:1910.02054 sec. 5.3; stage3 prefetch buckets): the current and the prefetched block
+in the compute dtype, and one block's unsharded gradients before their reduce-scatter.
+
+d = dp * cp, the ranks that share one copy of the states; P_blk one block's parameters, P_root the rest.
+"""
+
+from engine.model.common import ceil_div, formula
+from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
+from engine.model.split import layers_per_stage
+from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, trains, weight_bytes_per_param
+
+
+@formula
+def fsdp(c):
+    """FSDP shards this rank's parameters: framework pytorch or fsdp at zero_stage 2 or 3, over d > 1 ranks."""
+    return FRAMEWORK_FSDP_GATHERS[c.framework] and c.zero_stage >= 2 and c.dp * c.cp > 1
+
+
+@formula
+def deepspeed_zero3(c):
+    return not FRAMEWORK_FSDP_GATHERS[c.framework] and c.zero_stage >= 3 and c.dp * c.cp > 1
+
+
+@formula
+def gathered_param_bytes(c):
+    """Element size of a gathered parameter: the MixedPrecisionPolicy's bf16 (framework fsdp under amp), else
+    the parameters' own dtype (fp32 under autocast)."""
+    if is_amp(c) and not FRAMEWORK_AUTOCAST_CACHE[c.framework]:
+        return compute_bytes(c)
+    return weight_bytes_per_param(c)
+
+
+@formula
+def reduce_bytes_per_param(c):
+    """Element size of a reduce-scatter: fp32 (the MixedPrecisionPolicy's reduce_dtype, or autocast's fp32
+    gradients), the gradients' dtype in pure bf16."""
+    if is_amp(c) and not FRAMEWORK_AUTOCAST_CACHE[c.framework]:
+        return 4
+    return grad_bytes_per_param(c)
+
+
+@formula
+def root_params(c, params, block_params):
+    """Parameters outside the decoder blocks on this rank: embedding, final norm, head."""
+    return max(0, params - layers_per_stage(c) * block_params)
+
+
+@formula
+def gathered_bytes(c, params, block_params):
+    """Gathered from the end of forward through backward: FSDP's root (FULL_SHARD) or whole model
+    (SHARD_GRAD_OP); DeepSpeed's current and prefetched block."""
+    if fsdp(c):
+        held = root_params(c, params, block_params) if c.zero_stage == 3 else params
+        return gathered_param_bytes(c) * held
+    if deepspeed_zero3(c):
+        return 2 * compute_bytes(c) * block_params
+    return 0
+
+
+@formula
+def prefetch_bytes(c, block_params):
+    """FSDP FULL_SHARD's backward prefetch: one block in flight at the loss, two during a block's backward."""
+    return gathered_param_bytes(c) * block_params if fsdp(c) and c.zero_stage == 3 else 0
+
+
+@formula
+def reduce_scatter_bytes(c, block_params, trainable_params):
+    """One block's gradients on their way to the shards: FSDP's full-size reduce-scatter input and its 1/d
+    output; DeepSpeed ZeRO-3's unsharded block gradients."""
+    if not trains(c):
+        return 0
+    n = min(block_params, trainable_params)
+    if fsdp(c):
+        return reduce_bytes_per_param(c) * (n + ceil_div(n, c.dp * c.cp))
+    if deepspeed_zero3(c):
+        return grad_bytes_per_param(c) * n
+    return 0
+
+
+@formula
+def end_of_backward_bytes(c, params, block_params, trainable_params):
+    """Sharding buffers when backward ends, at the embedding's backward: FSDP's root, still gathered, with its
+    unsharded gradients in the parameters' dtype (under DTensor TP the embedding's is a whole, replicated V·h)
+    and the last block's reduce-scatter input still alive (PARALLEL.md, fsdp2_tp 70b-2l: its peak to the byte);
+    DeepSpeed's gathered blocks and last block's gradients."""
+    if not fsdp(c):
+        return gathered_bytes(c, params, block_params) + reduce_scatter_bytes(c, block_params, trainable_params)
+    pb = gathered_param_bytes(c)
+    root = root_params(c, params, block_params)
+    if not trains(c):
+        return pb * root
+    vh = c.vocab * c.d_model
+    replicated = pb * (vh - ceil_div(vh, c.tp)) if FRAMEWORK_DTENSOR_TP[c.framework] else 0
+    block_rs = reduce_bytes_per_param(c) * min(block_params, trainable_params)
+    return 2 * pb * root + replicated + block_rs
