@@ -2,9 +2,11 @@
 
 import pytest
 
+from engine.inputs.codes import Invalid
 from engine.model.levels import rank_terms
 from engine.model.params import param_count
 from engine.model.peak import peak
+from engine.model.split import rank_layers
 from engine.model.stage import layer_activation_bytes
 from engine.model.states import (
     device_grad_bytes,
@@ -183,3 +185,14 @@ def test_compiled_block_keeps_what_inductors_partition_saves(dims, precision, tr
     assert r.compiled_replicated_per_token + r.compiled_split_per_token == traced
     eager = config(**{**TINY_LLAMA, **dims}, precision=precision, attention="flash")
     assert layer_bytes(c) < layer_bytes(eager)
+
+
+def test_uneven_pipeline_splits_are_valid_rows():
+    # Llama 3.1 405B's 126 layers on 8 stages (torchtitan): 16 on the first six, 15 on the last two.
+    c = config(model="llama-3.1-405b", n_gpus=8, pp=8, grad_accum=8)
+    assert outputs(c)["valid"] == 1 and [rank_layers(c, r) for r in range(8)] == [16] * 6 + [15] * 2
+    llama24 = {**TINY_LLAMA, "n_layers": 24, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "d_ff": 128}
+    fixed = config(**llama24, pp=4, n_gpus=4, grad_accum=8, pp_first_layers=5, pp_last_layers=3)
+    assert [rank_layers(fixed, r) for r in range(4)] == [5, 8, 8, 3] and outputs(fixed)["valid"] == 1
+    too_many = config(**llama24, pp=4, n_gpus=4, grad_accum=8, pp_first_layers=20, pp_last_layers=4)
+    assert outputs(too_many)["invalid_reason"] == Invalid.PP_LAYERS  # the two middle stages would be empty

@@ -107,14 +107,14 @@ def measured_group(row: dict) -> str:
 
 
 def rank_peak(result: dict, row: dict) -> int:
-    """memsim's peak for the rank a row measured: a pipeline's first or last stage when the row names it,
-    else the most loaded rank (allocated_peak_bytes)."""
+    """memsim's peak for the rank a row measured: a pipeline's first, second or last stage when the row names
+    it, else the most loaded rank (allocated_peak_bytes)."""
     record = result["record"]
     rank = int(row.get("rank") or 0)
-    if record.pp == 1 or result["valid"] != 1 or rank not in (0, record.n_gpus - 1):
+    if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
         return result["allocated_peak_bytes"]
-    first, last = stage_peaks(record, rank_terms(record))
-    return int((first if rank == 0 else last).allocated_bytes)
+    first, middle, last = stage_peaks(record, rank_terms(record))
+    return int((first if rank == 0 else last if rank == record.n_gpus - 1 else middle).allocated_bytes)
 
 
 def measured_results(rows: list[dict] | None = None) -> list[dict]:

@@ -151,7 +151,7 @@ INVALID_REASONS = {
     Invalid.OK: "",
     Invalid.TP_HEADS: "tp does not divide n_heads",
     Invalid.TP_KV_HEADS: "tp does not divide n_kv_heads",
-    Invalid.PP_LAYERS: "pp * vpp does not divide n_layers",
+    Invalid.PP_LAYERS: "the layers do not fill every pipeline stage (pp * vpp stages, pp_first_layers, pp_last_layers)",
     Invalid.GPUS_LAYOUT: "n_gpus is not dp * tp * pp * cp",
     Invalid.EP_EXPERTS: "ep does not divide n_experts",
     Invalid.EP_DP: "ep does not divide dp * cp",

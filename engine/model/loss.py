@@ -17,7 +17,7 @@ B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V.
 from engine.inputs.codes import LossImpl
 from engine.model.activations import fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_DTENSOR_TP
+from engine.model.conventions import FRAMEWORK_DTENSOR_TP, FRAMEWORK_TORCH_PIPELINING
 from engine.model.params import has_dims
 from engine.model.states import compute_bytes, trains, weight_bytes_per_param
 
@@ -166,3 +166,16 @@ def head_gradient_bytes(c):
     if not has_dims(c) or c.loss_impl != LossImpl.FUSED_LINEAR or not head_trains(c):
         return 0
     return head_weight_bytes(c, weight_bytes_per_param(c))
+
+
+@formula
+def pipeline_kept_loss_bytes(c, microbatches):
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output (the logits) until its backward,
+    and under GPipe every micro-batch's loss with its saved log-probs (the loss backward of one of them is
+    loss_backward_bytes): data/measured/PARALLEL.md, pp_1f1b and pp_gpipe at the last rank."""
+    if c.pp == 1 or not FRAMEWORK_TORCH_PIPELINING[c.framework] or not has_dims(c) or not c.lm_head:
+        return 0
+    kept = microbatches * logits_bytes(c)
+    if c.loss_impl == LossImpl.STANDARD and not c.compile:
+        kept += (microbatches - 1) * fp32_logits_bytes(c)
+    return kept

@@ -4,8 +4,8 @@ One training step, steady state (optimizer states exist, zero_grad(set_to_none=T
     forward    states + every activation in flight + logits and loss + gathers / casts
     backward   starts with all activations and the loss gradients; ends with all the gradients
     optimizer  states + gradients + the step's own buffers
-The most loaded rank is the first pipeline stage (most micro-batches in flight) or the last (the logits):
-both are evaluated and the larger peak is reported. Gradients are live in forward only when something keeps
+The most loaded rank is the first pipeline stage (most micro-batches in flight), a middle one (the most layers)
+or the last (the logits): the three are evaluated and the largest peak is reported (pipeline.py). Gradients are live in forward only when something keeps
 them between steps: accumulation over micro-batches, pipeline schedules, or framework buffers (Megatron's
 contiguous main-grad buffer, DeepSpeed's gradient partitions).
 
@@ -14,19 +14,15 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from typing import NamedTuple
 
-from engine.inputs.codes import Ckpt, Phase, ZeroGrad
+from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT
+from engine.model.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
-from engine.model.params import n_moe_layers
-from engine.model.split import layers_per_stage
-from engine.model.stage import (
-    activation_bytes,
-    checkpointed_layers,
-    head_activation_bytes,
-    layers_activation_bytes,
-    recompute_bytes,
-)
+from engine.model.params import has_dims
+from engine.model.pipeline import in_flight, recv_buffer_bytes
+from engine.model.split import rank_layers, rank_nonexpert_params, stage_nonexpert_params, stage_ranks
+from engine.model.stage import checkpointed_layers, recompute_bytes, stage_activation_bytes
+from engine.model.states import grad_bytes_per_param, trains
 from engine.model.temporaries import backward_workspace_bytes, head_cast_bytes, tied_gradient_sum_bytes
 
 
@@ -41,21 +37,27 @@ class Peak(NamedTuple):
 
 
 @formula
-def grads_live_in_forward(c):
-    """Gradients exist before this step's backward makes them: accumulated over micro-batches or pipeline
-    stages, kept by the framework's buffers, or left allocated by zero_grad(set_to_none=False)."""
+def grads_live_in_forward(c, rank):
+    """Gradients exist when pipeline rank `rank` holds its most micro-batches in flight: kept by the
+    framework's buffers or left allocated by zero_grad(set_to_none=False); accumulated over micro-batches
+    (p = 1); in a pipeline, when a backward comes between two forwards (1F1B's and interleaving's steady
+    state: fewer warmup micro-batches than the step has), not under GPipe, whose forwards all come first."""
     if c.optimizer_in_backward:
         return False
-    return c.grad_accum > 1 or c.pp > 1 or FRAMEWORK_GRADS_KEPT[c.framework] or c.zero_grad == ZeroGrad.ZEROS
+    if FRAMEWORK_GRADS_KEPT[c.framework] or c.zero_grad == ZeroGrad.ZEROS:
+        return True
+    if c.pp == 1:
+        return c.grad_accum > 1
+    num, den = in_flight(c, rank)
+    return c.pp_schedule != PPSchedule.GPIPE and num < c.grad_accum * den
 
 
 @formula
-def last_stage_activation_bytes(c, r):
-    """The last stage of a pipeline holds one micro-batch of its L/p layers (1F1B)."""
-    if c.pp == 1:
-        return activation_bytes(c, r)
-    moe = min(layers_per_stage(c), n_moe_layers(c))
-    return layers_activation_bytes(c, r, layers_per_stage(c) - moe, moe) + head_activation_bytes(c, r)
+def embedding_grad_temp_bytes(c, rank):
+    """The first stage's embedding backward makes a dense V·h gradient, added into the accumulated one."""
+    if rank != 0 or not has_dims(c) or c.lora_rank > 0 or not trains(c):
+        return 0
+    return grad_bytes_per_param(c) * ceil_div(c.vocab * c.d_model, c.tp)
 
 
 @formula
@@ -81,26 +83,49 @@ def pageable_bytes(c, r):
 
 
 @formula
-def forward_temp_bytes(c, r, last):
-    t = r.cast_bytes + r.gather_bytes
+def stage_share(c, rank, x):
+    """x, the most loaded pipeline rank's bytes of a state-sized quantity, for `rank`: in proportion to the
+    parameters the rank holds (states, casts, step buffers and buckets are per parameter)."""
+    most = stage_nonexpert_params(c)
+    if c.pp == 1 or most == 0:
+        return x
+    return int(x * (rank_nonexpert_params(c, rank) / most))
+
+
+@formula
+def stage_cast_bytes(c, r, rank):
+    """The rank's autocast weight copies: torch.distributed.pipelining enters autocast per stage forward, so each
+    micro-batch in flight keeps its own copies until its backward (PARALLEL.md: 1.6x and 3.3x the stage's
+    16-bit weights, embedding included, with 2 and 4 in flight)."""
+    casts = stage_share(c, rank, r.cast_bytes)
+    if c.pp == 1 or not FRAMEWORK_TORCH_PIPELINING[c.framework]:
+        return casts
+    num, den = in_flight(c, rank)
+    return casts * ceil_div(num, den)
+
+
+@formula
+def forward_temp_bytes(c, r, rank, last):
+    t = stage_cast_bytes(c, r, rank) + r.gather_bytes
     if last:
         t += loss_forward_bytes(c) + head_gradient_bytes(c)
     return t
 
 
 @formula
-def backward_temp_bytes(c, r, last):
+def backward_temp_bytes(c, r, rank, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
     plus what stays gathered and the kept weight casts."""
     t = r.gather_bytes
+    casts = stage_cast_bytes(c, r, rank)
     if c.activation_offload:  # the decoder's saved casts went to host; the head's (outside the context) stays
         t += head_cast_bytes(c) if last else 0
     elif c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
-        lps = layers_per_stage(c)
-        t += ceil_div(r.cast_bytes * (lps - checkpointed_layers(c, lps)), lps)
+        layers = rank_layers(c, rank)
+        t += ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
     elif c.checkpointing != Ckpt.SELECTIVE_OP:
-        t += r.cast_bytes
+        t += casts
     layer = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes + r.reduce_bytes
     loss = r.prefetch_bytes + loss_backward_bytes(c) if last else 0
     if last:
@@ -109,24 +134,43 @@ def backward_temp_bytes(c, r, last):
 
 
 @formula
-def stage_peak(c, r, last, acts):
-    """The largest of the forward, backward and optimizer peaks of the first (last=False) or last pipeline
-    stage, holding `acts` bytes of activations."""
-    g = grads_live_in_forward(c)
-    live = states_bytes(r, g) - pageable_bytes(c, r)
-    fwd_t = forward_temp_bytes(c, r, last) + buckets_bytes(c, r, g)
+def stage_peak(c, r, rank):
+    """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
+    p = 1): its states, the activations it keeps in flight, its receive buffers."""
+    last = rank == c.pp - 1
+    acts = stage_activation_bytes(c, r, rank, 0)
+    kept = recv_buffer_bytes(c, rank)
+    g = grads_live_in_forward(c, rank)
+    live = stage_share(c, rank, states_bytes(r, g) - pageable_bytes(c, r))
+    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, rank, buckets_bytes(c, r, g)) + kept
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
-    bwd_t = backward_temp_bytes(c, r, last) + buckets_bytes(c, r, g)
+    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, rank, buckets_bytes(c, r, g)) + kept
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
+    if c.pp > 1 and not g and c.grad_accum > 1:
+        # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
+        # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
+        states = stage_share(c, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        second_acts = stage_activation_bytes(c, r, rank, 1)
+        second_t = bwd_t + stage_share(c, rank, r.bucket_bytes)
+        second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True)
+        end_acts = stage_activation_bytes(c, r, rank, 2)
+        end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, rank, r.bucket_bytes)
+        if states + end_acts + end_t > second.allocated_bytes:
+            second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True)
+        if second.allocated_bytes > backward.allocated_bytes:
+            backward = second
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
-        end_t = r.end_bytes + r.step_bytes
-        backward_end = Peak(states_bytes(r, False) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, False)
+        end_t = r.end_bytes + r.step_bytes + kept
+        states = stage_share(c, rank, states_bytes(r, False) - pageable_bytes(c, r))
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False)
         optimizer = backward_end
     else:
-        end_t = r.end_bytes + buckets_bytes(c, r, True) + tied_gradient_sum_bytes(c)
-        backward_end = Peak(states_bytes(r, True) - pageable_bytes(c, r) + end_t, Phase.BACKWARD.value, 0, end_t, True)
-        opt_t = r.step_bytes + buckets_bytes(c, r, True)
-        optimizer = Peak(states_bytes(r, True) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
+        buckets = stage_share(c, rank, buckets_bytes(c, r, True))
+        end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept
+        states = stage_share(c, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True)
+        opt_t = stage_share(c, rank, r.step_bytes) + buckets + kept
+        optimizer = Peak(stage_share(c, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:
@@ -136,15 +180,22 @@ def stage_peak(c, r, last, acts):
 
 @formula
 def stage_peaks(c, r):
-    """The peaks of the first and the last pipeline stage (the same stage when p = 1)."""
-    first = stage_peak(c, r, c.pp == 1, activation_bytes(c, r))  # with one stage it is also the last
+    """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
+    p = 1)."""
+    first_rank, middle_rank, last_rank = stage_ranks(c)
+    first = stage_peak(c, r, first_rank)
     if c.pp == 1:
-        return first, first
-    return first, stage_peak(c, r, True, last_stage_activation_bytes(c, r))
+        return first, first, first
+    return first, stage_peak(c, r, middle_rank), stage_peak(c, r, last_rank)
 
 
 @formula
 def peak(c, r):
-    """The peak of one training step on the most loaded pipeline stage."""
-    first, last = stage_peaks(c, r)
-    return last if last.allocated_bytes > first.allocated_bytes else first
+    """The peak of one training step on the most loaded pipeline rank."""
+    first, middle, last = stage_peaks(c, r)
+    best = first
+    if middle.allocated_bytes > best.allocated_bytes:
+        best = middle
+    if last.allocated_bytes > best.allocated_bytes:
+        best = last
+    return best

@@ -35,26 +35,77 @@ def degrees(c, dp_mode):
 
 
 @formula
+def virtual_stage_layers(c, i):
+    """Layers of virtual stage i of the p·v (rank r holds virtual stages r, r + p, ...): pp_first_layers and
+    pp_last_layers fix the first and the last, the rest are split as evenly as possible, the first ones taking one
+    more (22 layers on 4 stages run 6-6-5-5, as torchtitan splits them; data/measured/PARALLEL.md, pp_uneven)."""
+    n = c.pp * c.vpp
+    first, last = c.pp_first_layers, c.pp_last_layers
+    if n == 1:
+        return c.n_layers
+    if i == 0 and first > 0:
+        return first
+    if i == n - 1 and last > 0:
+        return last
+    rest, j, k = c.n_layers, i, n  # the stages split evenly, and i's index among them
+    if first > 0:
+        rest, j, k = rest - first, j - 1, k - 1
+    if last > 0:
+        rest, k = rest - last, k - 1
+    return rest // k + (1 if j < rest % k else 0)
+
+
+@formula
+def rank_layers(c, rank):
+    """Layers on pipeline rank `rank`: its v virtual stages."""
+    total = 0
+    for j in range(c.vpp):
+        total += virtual_stage_layers(c, rank + j * c.pp)
+    return total
+
+
+@formula
+def stage_ranks(c):
+    """The ranks evaluated: first, middle (the most loaded one; the first when p < 3) and last."""
+    return 0, 1 if c.pp > 2 else 0, c.pp - 1
+
+
+@formula
+def most_loaded_rank_layers(c):
+    first, middle, last = stage_ranks(c)
+    return max(rank_layers(c, first), rank_layers(c, middle), rank_layers(c, last))
+
+
+@formula
 def layers_per_stage(c):
-    return ceil_div(c.n_layers, c.pp)
+    """Layers on the most loaded pipeline rank."""
+    return most_loaded_rank_layers(c)
+
+
+@formula
+def rank_nonexpert_params(c, rank):
+    """Non-expert parameters of pipeline rank `rank`, before TP: its blocks; the first rank also holds the
+    embedding, the last the final norm and LM head (both, when p = 1). With tied embeddings and p > 1 the last
+    stage keeps its own copy (Megatron)."""
+    layers = rank_layers(c, rank)
+    moe_layers = min(layers, n_moe_layers(c))  # the worst case: the stage with the most MoE blocks
+    blocks = (layers - moe_layers) * layer_params(c, False) + moe_layers * (
+        layer_params(c, True) - c.n_experts * ffn_params(c, c.moe_d_ff)
+    )
+    if c.pp == 1:
+        return blocks + embedding_params(c) + head_params(c)
+    if rank == 0:
+        return blocks + embedding_params(c)
+    if rank == c.pp - 1:
+        return blocks + head_params(c) + (c.vocab * c.d_model if c.tied_embeddings else 0)
+    return blocks
 
 
 @formula
 def stage_nonexpert_params(c):
-    """Non-expert parameters of the most loaded pipeline stage, before TP.
-
-    A stage holds L/p blocks; the first also holds the embedding, the last the final norm and LM head
-    (both, when p = 1). With tied embeddings and p > 1 the last stage keeps its own copy (Megatron).
-    """
-    lps = layers_per_stage(c)
-    moe_layers = min(lps, n_moe_layers(c))  # the worst stage is the one with the most MoE blocks
-    dense_layers = lps - moe_layers
-    blocks = dense_layers * layer_params(c, False) + moe_layers * (
-        layer_params(c, True) - c.n_experts * ffn_params(c, c.moe_d_ff)
-    )
-    last_head = head_params(c) + (c.vocab * c.d_model if c.tied_embeddings and c.pp > 1 else 0)
-    ends = embedding_params(c) + head_params(c) if c.pp == 1 else max(embedding_params(c), last_head)
-    return blocks + ends
+    """Non-expert parameters of the most loaded pipeline stage, before TP."""
+    first, middle, last = stage_ranks(c)
+    return max(rank_nonexpert_params(c, first), rank_nonexpert_params(c, middle), rank_nonexpert_params(c, last))
 
 
 @formula

@@ -17,8 +17,10 @@ from engine.model.activations import (
 )
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_DTENSOR_TP
+from engine.model.loss import pipeline_kept_loss_bytes
 from engine.model.params import has_dims, n_moe_layers
-from engine.model.split import layers_per_stage
+from engine.model.pipeline import in_flight
+from engine.model.split import layers_per_stage, rank_layers
 from engine.model.states import compute_bytes
 
 
@@ -73,23 +75,6 @@ def selective_op_layer_bytes(c, r, moe_layer):
 
 
 @formula
-def in_flight_layer_factor(c):
-    """Micro-batches x layers the first stage holds, as (numerator, denominator) of L/p layers.
-
-    1F1B: min(p, m) micro-batches (PipeDream-Flush, arXiv:2104.04473 sec. 2.2); interleaved with v virtual
-    stages: p * (1 + (p-1)/(p*v)) (Korthikanti Eq. 5 and sec. 6); GPipe: all m micro-batches.
-    """
-    p, m, v = c.pp, c.grad_accum, c.vpp
-    if p == 1:
-        return 1, 1
-    if c.pp_schedule == PPSchedule.GPIPE:
-        return m, 1
-    if c.pp_schedule == PPSchedule.INTERLEAVED:
-        return p * v + p - 1, v
-    return min(p, m), 1
-
-
-@formula
 def checkpointed_layers(c, layers):
     """Layers that keep only their input: all under checkpointing = full, or one in every checkpoint_every
     (torchtitan's layer frequency: data/measured/recipes.csv knob checkpoint_every); none otherwise."""
@@ -138,19 +123,26 @@ def offloaded_activation_bytes(c, r):
     unchecked = lps - checkpointed_layers(c, lps)
     packs = local_tokens(c) * pack_duplicate_bytes_per_token(c) + compute_bytes(c) * r.block_params
     per_microbatch = layers_saved_bytes(c, r, lps - moe_layers, moe_layers) + unchecked * packs
-    num, den = in_flight_layer_factor(c)
+    num, den = in_flight(c, 0)
     final_norm = norm_bytes_per_token(c) + norm_pack_duplicate_bytes_per_token(c) if c.pp == 1 else 0
     return ceil_div(per_microbatch * num, den) + local_tokens(c) * final_norm
 
 
 @formula
+def rank_layer_activation_bytes(c, r, rank, fewer):
+    """All transformer layers' activations alive on pipeline rank `rank` at its peak: its layers times the
+    micro-batches it keeps in flight (pipeline.in_flight), less `fewer` of them."""
+    layers = rank_layers(c, rank)
+    moe_layers = min(layers, n_moe_layers(c))
+    per_microbatch = layers_activation_bytes(c, r, layers - moe_layers, moe_layers)
+    num, den = in_flight(c, rank)
+    return ceil_div(per_microbatch * max(num - fewer * den, 0), den)
+
+
+@formula
 def stage_layer_activation_bytes(c, r):
     """All transformer layers' activations alive on the first stage at the end of the forward pass."""
-    lps = layers_per_stage(c)
-    moe_layers = min(lps, n_moe_layers(c))
-    per_microbatch = layers_activation_bytes(c, r, lps - moe_layers, moe_layers)
-    num, den = in_flight_layer_factor(c)
-    return ceil_div(per_microbatch * num, den)
+    return rank_layer_activation_bytes(c, r, 0, 0)
 
 
 @formula
@@ -176,13 +168,27 @@ def head_activation_bytes(c, r):
 
 
 @formula
-def activation_bytes(c, r):
-    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
+def stage_activation_bytes(c, r, rank, fewer):
+    """Everything saved for backward on pipeline rank `rank` at its peak, with `fewer` micro-batches than its
+    most in flight: its layers' activations, the embedding's on the first rank, the head's on the last (one
+    micro-batch's under 1F1B, every one's in flight under GPipe)."""
     if not has_dims(c):
         return 0
-    num, den = in_flight_layer_factor(c)
-    first = stage_layer_activation_bytes(c, r) + ceil_div(embedding_activation_bytes(c) * num, den)
-    return first + (head_activation_bytes(c, r) if c.pp == 1 else 0)
+    num, den = in_flight(c, rank)
+    num = max(num - fewer * den, 0)
+    total = rank_layer_activation_bytes(c, r, rank, fewer)
+    if rank == 0:
+        total += ceil_div(embedding_activation_bytes(c) * num, den)
+    if rank == c.pp - 1:
+        microbatches = ceil_div(num, den) if c.pp_schedule == PPSchedule.GPIPE else 1
+        total += microbatches * head_activation_bytes(c, r) + pipeline_kept_loss_bytes(c, microbatches)
+    return total
+
+
+@formula
+def activation_bytes(c, r):
+    """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
+    return stage_activation_bytes(c, r, 0, 0)
 
 
 @formula

@@ -94,7 +94,7 @@ def model_layout_reason(c):
         return Invalid.TP_HEADS
     if kv_heads(c) % c.tp != 0:
         return Invalid.TP_KV_HEADS
-    if c.n_layers % (c.pp * c.vpp) != 0:
+    if not pipeline_split_fits(c):
         return Invalid.PP_LAYERS
     if c.ep > 1 and c.n_experts % c.ep != 0:
         return Invalid.EP_EXPERTS
@@ -103,6 +103,20 @@ def model_layout_reason(c):
     if c.n_experts > 0 and c.top_k > c.n_experts:
         return Invalid.TOP_K
     return Invalid.OK
+
+
+@formula
+def pipeline_split_fits(c):
+    """Every one of the p·v virtual stages gets at least one layer, pp_first_layers and pp_last_layers included
+    (split.virtual_stage_layers); with two stages, given counts add up to n_layers."""
+    n, first, last = c.pp * c.vpp, c.pp_first_layers, c.pp_last_layers
+    if n == 1:
+        return True
+    fixed = (1 if first > 0 else 0) + (1 if last > 0 else 0)
+    rest = c.n_layers - first - last
+    if n - fixed == 0:
+        return rest == 0
+    return rest >= n - fixed
 
 
 @formula
