@@ -156,14 +156,29 @@ def replicated_bytes_per_token(c):
 
 @formula
 def attention_bytes_per_token(c):
-    """q, k, v kept for the attention backward, and the out-projection input (split by TP)."""
+    """q, k, v kept for the attention backward, the out-projection input, and q/k norms (split by TP)."""
     a, g, d, e = c.n_heads, c.n_kv_heads, c.head_dim, compute_bytes(c)
     out = input_copies(c, 1, LoraTargets.ATTN, 1) * a * d
     if c.attention == Attn.FLASH:
         # FlashAttention-2 (arXiv:2307.08691 Alg. 2): q, k, v (GQA unexpanded), the output, an fp32 logsumexp.
-        return e * (a * d + 2 * g * d) + max(out, e * a * d) + 4 * a
+        return e * (a * d + 2 * g * d) + max(out, e * a * d) + 4 * a + qk_norm_bytes_per_token(c)
     qkv = 4 if c.attention == Attn.SDPA_MATH and not fused_kernels(c) else e  # the math path works in fp32
-    return qkv * 3 * a * d + out  # k, v expanded to every query head (repeat_kv)
+    return qkv * 3 * a * d + out + qk_norm_bytes_per_token(c)  # k, v expanded to every query head (repeat_kv)
+
+
+@formula
+def qk_norm_bytes_per_token(c):
+    """RMSNorms on q and k (Qwen3, Gemma 3, OLMo 2): per head (or over all heads, qk_norm_all_heads), each
+    saving what a norm saves over its a·d and g·d elements (Qwen3Attention's q_norm / k_norm; measured: the
+    moe_ep qwen3 rows of data/measured/parallel.csv, 27.8 KB per token per layer)."""
+    if not c.qk_norm:
+        return 0
+    a, g, d, st = c.n_heads, c.n_kv_heads, c.head_dim, stream_bytes(c)
+    rows = 2 if c.qk_norm_all_heads else a + g
+    elements = (a + g) * d
+    if fused_kernels(c):
+        return st * elements
+    return 4 * elements + (st * elements if c.lora_rank == 0 else 0) + 4 * rows
 
 
 @formula
@@ -211,10 +226,34 @@ def moe_bytes_per_token(c):
     e, k = compute_bytes(c), c.top_k
     load = int(c.capacity_factor * 1000 + 0.5)  # in thousandths, so the byte count stays an integer
     router = 2 * 4 * c.n_experts
+    shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
+    if not fused_kernels(c):
+        return router + grouped_experts_bytes_per_token(c, load) + shared
     dispatch = ceil_div(e * k * c.d_model * load, 1000)
     routed = ffn_inner_bytes_per_token(c, c.moe_d_ff, k * load, 1000)
-    shared = ffn_inner_bytes_per_token(c, c.moe_d_ff * c.n_shared_experts, 1, 1)
     return router + dispatch + routed + shared
+
+
+@formula
+def grouped_experts_bytes_per_token(c, load):
+    """transformers' grouped-matmul experts (grouped_mm_experts_forward), per token and its k routed pairs:
+    the tokens gathered by expert (h), the gate_up output (2F), silu(gate) and silu·up (F each), and the down
+    output the routing-weight multiply saves (h), in the expert weights' dtype: grouped_mm is not autocast, so
+    under autocast with fp32 weights the experts run in fp32 (data/measured/PARALLEL.md, moe: S·(2h + 4F)·4
+    under amp). With expert parallelism (AllToAllEP) a rank receives up to capacity_factor times its share of
+    the pairs, R = cf·S, with two int64 indices and a mask per received pair, and combines the S it sent back
+    into one h-wide buffer: R·(B·h + 4F·B + 19) + S·h·B (moe_ep)."""
+    b, k, h, f = expert_compute_bytes(c), c.top_k, c.d_model, c.moe_d_ff
+    if c.ep == 1:
+        return k * (2 * h + 4 * f) * b
+    received = ceil_div(k * (b * h + 4 * f * b + 19) * load, 1000)
+    return received + k * h * b
+
+
+@formula
+def expert_compute_bytes(c):
+    """The experts run in their weights' dtype: fp32 under autocast (fp32 parameters), else the compute dtype."""
+    return 4 if autocast(c) else compute_bytes(c)
 
 
 @formula

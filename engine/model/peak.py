@@ -20,8 +20,14 @@ from engine.model.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
+from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
 from engine.model.split import rank_layers, rank_nonexpert_params, stage_nonexpert_params, stage_ranks
-from engine.model.stage import checkpointed_layers, recompute_bytes, stage_activation_bytes
+from engine.model.stage import (
+    checkpointed_layers,
+    rank_layer_activation_bytes,
+    recompute_bytes,
+    stage_activation_bytes,
+)
 from engine.model.states import grad_bytes_per_param, trains
 from engine.model.temporaries import backward_workspace_bytes, head_cast_bytes, tied_gradient_sum_bytes
 
@@ -126,8 +132,12 @@ def backward_temp_bytes(c, r, rank, last):
         t += ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
     elif c.checkpointing != Ckpt.SELECTIVE_OP:
         t += casts
-    layer = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes + r.reduce_bytes
-    loss = r.prefetch_bytes + loss_backward_bytes(c) if last else 0
+    # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
+    # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
+    compute = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes
+    freed = ceil_div(rank_layer_activation_bytes(c, r, rank, 0), max(rank_layers(c, rank), 1))
+    layer = compute + max(0, r.reduce_bytes - freed)
+    loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
     if last:
         t += head_gradient_bytes(c)
     return t + max(layer, loss)
@@ -171,6 +181,14 @@ def stage_peak(c, r, rank):
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True)
         opt_t = stage_share(c, rank, r.step_bytes) + buckets + kept
         optimizer = Peak(stage_share(c, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
+    if fsdp(c) and not c.optimizer_in_backward:
+        # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
+        # next group gathered for its backward: the peak when gradients are not sharded (experts held by one
+        # rank, whose "reduce-scatter" copies and divides them: PARALLEL.md, moe_ep).
+        reduce_t = r.reduce_bytes + next_group_gather_bytes(c, r) + kept
+        reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True)
+        if reduce.allocated_bytes > backward_end.allocated_bytes:
+            backward_end = reduce
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:

@@ -18,6 +18,7 @@ d = dp * cp, the ranks that share one copy of the states; P_blk one block's para
 
 from engine.model.common import ceil_div, formula
 from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
+from engine.model.params import ffn_params, n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, trains, weight_bytes_per_param
 
@@ -53,8 +54,29 @@ def reduce_bytes_per_param(c):
 
 @formula
 def root_params(c, params, block_params):
-    """Parameters outside the decoder blocks on this rank: embedding, final norm, head."""
-    return max(0, params - layers_per_stage(c) * block_params)
+    """The group FSDP keeps gathered through backward: everything outside the decoder blocks (embedding, final
+    norm, head: fully_shard on the blocks, then the root). With expert parallelism, transformers' FSDP plan
+    (DistributedConfig(fsdp_size, ep_size): the PyTorch-native expert parallelism measured) shards the embedding
+    as a group of its own and keeps the final norm and the head (PARALLEL.md, moe_ep: 2·V·h at the loss)."""
+    outside = max(0, params - layers_per_stage(c) * block_params)
+    if c.ep > 1:
+        return min(outside, ceil_div(c.vocab * c.d_model, c.tp) + c.d_model)
+    return outside
+
+
+@formula
+def loss_prefetch_bytes(c, r):
+    """At the loss, FSDP2's root has prefetched the last block for its backward; transformers' plan (with
+    expert parallelism) gathers it when that backward starts."""
+    return r.prefetch_bytes if c.ep == 1 else 0
+
+
+@formula
+def block_expert_params(c):
+    """One MoE block's routed experts on this rank (E/ep experts, split by TP)."""
+    if n_moe_layers(c) == 0:
+        return 0
+    return ceil_div(ceil_div(c.n_experts * ffn_params(c, c.moe_d_ff), c.ep), c.tp)
 
 
 @formula
@@ -83,7 +105,13 @@ def reduce_scatter_bytes(c, block_params, trainable_params):
         return 0
     n = min(block_params, trainable_params)
     if fsdp(c):
-        return reduce_bytes_per_param(c) * (n + ceil_div(n, c.dp * c.cp))
+        # The experts reduce over the dp·cp/ep ranks that hold them; with one (ep = dp) transformers still copies
+        # their gradients to fp32 and divides them out of place: two full copies (PARALLEL.md, moe_ep).
+        experts = min(n, block_expert_params(c))
+        dense = n - experts
+        expert_group = max(1, c.dp * c.cp // c.ep)
+        rs = dense + ceil_div(dense, c.dp * c.cp) + experts + ceil_div(experts, expert_group)
+        return reduce_bytes_per_param(c) * rs
     if deepspeed_zero3(c):
         return grad_bytes_per_param(c) * n
     return 0
@@ -105,3 +133,12 @@ def end_of_backward_bytes(c, params, block_params, trainable_params):
     replicated = pb * (vh - ceil_div(vh, c.tp)) if FRAMEWORK_DTENSOR_TP[c.framework] else 0
     block_rs = reduce_bytes_per_param(c) * min(block_params, trainable_params)
     return 2 * pb * root + replicated + block_rs
+
+
+@formula
+def next_group_gather_bytes(c, r):
+    """What is gathered while the first block's gradients reduce-scatter: FSDP2's root (kept gathered); under
+    transformers' plan (expert parallelism) the embedding, gathered for its own backward."""
+    if c.ep == 1:
+        return r.gather_bytes
+    return gathered_param_bytes(c) * ceil_div(c.vocab * c.d_model, c.tp)
