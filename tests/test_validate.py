@@ -1,5 +1,6 @@
-"""Accuracy gate: memsim against the measured training steps it ships (data/measured/), within the stated
-tolerance — median |error| of allocated_peak_bytes <= 3 %, worst <= 10 % (engine/validate.py)."""
+"""Accuracy gate: memsim against the measured training steps it ships (data/measured/: one GPU, training recipes,
+multi-GPU layouts and MoE), within the stated tolerance — in every group (a set, a layout family, a recipe knob)
+median |error| of allocated_peak_bytes <= 2 %, worst <= 5 % (engine/checks/validate.py)."""
 
 import statistics
 
@@ -12,16 +13,18 @@ RESULTS = validate.measured_results()
 
 
 def test_measured_set_is_large_and_varied():
-    assert len(RESULTS) >= 60
+    groups = {r["group"] for r in RESULTS}
+    assert len(RESULTS) >= 250 and len(groups) >= 25
 
 
-def test_median_error_against_measured_steps_is_within_3_percent():
-    median = statistics.median(abs(r["error_pct"]) for r in RESULTS)
+@pytest.mark.parametrize("group", sorted({r["group"] for r in RESULTS}))
+def test_median_error_of_each_group_is_within_2_percent(group):
+    median = statistics.median(abs(r["error_pct"]) for r in RESULTS if r["group"] == group)
     assert median <= validate.MEASURED_MEDIAN_TOL_PCT, f"median |error| {median:.2f}%"
 
 
 @pytest.mark.parametrize("result", RESULTS, ids=[r["case_id"] for r in RESULTS])
-def test_each_measured_case_is_within_10_percent(result):
+def test_each_measured_case_is_within_5_percent(result):
     assert abs(result["error_pct"]) <= validate.MEASURED_MAX_TOL_PCT, f"{result['error_pct']:+.1f}%"
 
 

@@ -21,8 +21,8 @@ GIB = 2**30
 GOLDEN = DATA_DIR / "golden" / "published.csv"
 MEASURED_DIR = DATA_DIR / "measured"
 # Accuracy the measured set must keep (issue 3): median |error| and worst |error| of allocated_peak_bytes.
-MEASURED_MEDIAN_TOL_PCT = 3.0
-MEASURED_MAX_TOL_PCT = 10.0
+MEASURED_MEDIAN_TOL_PCT = 2.0  # per group (a set, or one of its layout families or recipe knobs)
+MEASURED_MAX_TOL_PCT = 5.0
 
 
 def config_of(row: dict, by_dims: bool = False) -> dict:
@@ -88,8 +88,8 @@ def golden_results(path: Path = GOLDEN) -> list[dict]:
 
 # The measured sets memsim is held to, each a CSV of data/measured/ (see its README); a row's group is the set,
 # refined by its `family` (parallel layouts) or `knob` (training recipes) column when it has one.
-MEASURED_SETS = {"single-gpu": "cpu_fake.csv"}
-MODELLED_NEXT = {"recipes": "recipes.csv", "parallel": "parallel.csv"}  # measured; held once the model follows
+MEASURED_SETS = {"single-gpu": "cpu_fake.csv", "recipes": "recipes.csv", "parallel": "parallel.csv"}
+MODELLED_NEXT: dict = {}  # measured sets the model does not follow yet (reported by `memsim validate`, not held)
 
 
 def measured_rows(directory: Path = MEASURED_DIR, sets: dict = MEASURED_SETS) -> list[dict]:
