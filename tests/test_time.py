@@ -51,15 +51,15 @@ def test_matmul_passes(overrides, want):
 
 
 def work(**overrides) -> tm.Work:
-    base = dict(model_flops_per_token=6.0, tokens=100.0, n_gpus=2.0, matmul_flops=1e12, matmul_bytes=5e8,
-                expert_flops=0.0, expert_bytes=0.0, attention_flops=2e11, hbm_bytes=3e9, optimizer_bytes=1e9,
-                bubble=0.25, tp_bytes=1e9, cp_bytes=0.0, ep_bytes=0.0, pp_bytes=2e9, dp_bytes=8e9, dp_window=0.5,
-                host_bytes=0.0, offload_s=0.5)
+    base = dict(model_flops_per_token=6.0, tokens_per_gpu=50.0, gpu_s_per_mtok=1e6 / 50.0, matmul_flops=1e12,
+                matmul_bytes=5e8, expert_flops=0.0, expert_bytes=0.0, attention_flops=2e11, hbm_bytes=3e9,
+                optimizer_bytes=1e9, stretch=1.25, tp_bytes=1e9, cp_bytes=0.0, ep_bytes=0.0, pp_bytes=2e9,
+                dp_bytes=8e9, dp_window=0.5, host_s=0.0, offload_s=0.5)
     return tm.Work(**(base | overrides))
 
 
 def rates(**overrides) -> tm.Rates:
-    base = dict(s_per_matmul_flop=1e-12, s_per_attention_flop=2e-12, s_per_hbm_byte=1e-9, peak_bf16_flops_per_s=2e12,
+    base = dict(s_per_matmul_flop=1e-12, s_per_attention_flop=2e-12, s_per_hbm_byte=1e-9, s_per_peak_flop=0.5e-12,
                 s_per_tp_byte=1e-10, s_per_cp_byte=1e-10, s_per_ep_byte=1e-10, s_per_pp_byte=1e-10,
                 s_per_dp_byte=1e-9, usd_per_s=0.01)
     return tm.Rates(**(base | overrides))
@@ -69,12 +69,13 @@ def test_step_time_by_hand():
     # matmuls max(1e12 x 1e-12, 5e8 x 1e-9) = 1.0 s; attention 0.4 s; memory-bound 3.0 s: compute 4.4 s
     # TP 0.1 s exposed; the stage (4.4 + 0.1) x 1.25 = 5.625 s, + pipeline sends 0.2 s = 5.825 s
     # DP 8.0 s behind 0.5 x 4.4 s of compute: 5.8 s exposed; optimizer 1.0 s; offloaded step 0.5 s
+    # 50 tokens per GPU per step; MFU against a 2e12 FLOP/s peak; $0.01 per GPU-second
     times = tm.device_times(work(), rates())
     step = 5.825 + 5.8 + 1.0 + 0.5
     assert times.step_time_s == pytest.approx(step)
-    assert times.tokens_per_gpu_s == pytest.approx(100.0 / (2.0 * step))
-    assert times.mfu == pytest.approx(6.0 * 100.0 / (2.0 * step) / 2e12)
-    assert times.cost_per_mtok == pytest.approx(0.01 / (100.0 / (2.0 * step)) * 1e6)
+    assert times.tokens_per_gpu_s == pytest.approx(50.0 / step)
+    assert times.mfu == pytest.approx(6.0 * 50.0 / step / 2e12)
+    assert times.cost_per_mtok == pytest.approx(0.01 / (50.0 / step) * 1e6)
 
 
 def test_matmuls_run_at_the_slower_of_their_flops_and_their_bytes():
@@ -92,6 +93,13 @@ def test_an_unknown_link_gives_an_unknown_time_not_zero():
     assert math.isnan(tm.overlapped(math.nan, 2.0))
     assert math.isnan(tm.device_times(work(), rates(s_per_dp_byte=math.nan)).step_time_s)
     assert not math.isnan(tm.device_times(work(dp_bytes=0.0), rates(s_per_dp_byte=math.nan)).step_time_s)
+
+
+def test_offloaded_weights_hide_behind_the_compute():
+    assert tm.device_times(work(host_s=4.0), rates()).step_time_s == pytest.approx(
+        tm.device_times(work(), rates()).step_time_s)  # 4.0 s under 4.4 s of compute
+    slow = tm.device_times(work(host_s=5.4), rates()).step_time_s - tm.device_times(work(), rates()).step_time_s
+    assert slow == pytest.approx(1.0 * 1.25)  # 1.0 s exposed, stretched by the bubble
 
 
 def test_pipeline_bubble_is_p_minus_1_over_m_v():
@@ -207,6 +215,13 @@ def test_grad_accum_comes_from_the_global_batch_where_the_source_leaves_it_out()
     # printed GA 2 contradicts GBS 512 / (MBS 4 x DP 16) = 8: the global batch is what tokens/s counts
     assert throughput.case_of(rows["mbridge-h100-gptoss-120b"])["grad_accum"] == 8
     assert "grad_accum" not in throughput.derivations(rows["mpt-h100-70b-2048-64g"])  # printed and consistent
+
+
+def test_unstated_virtual_stages_and_nvlink_domains_take_their_systems_defaults():
+    rows = {r["case_id"]: r for r in throughput.throughput_rows()}
+    assert throughput.case_of(rows["torchtitan-h100-405b-interleaved"])["vpp"] == 2  # torchtitan's default
+    assert throughput.case_of(rows["mbridge-gb200-dsv3-bf16"])["nvlink_domain_gpus"] == 72  # an NVL72 rack
+    assert "nvlink_domain_gpus" not in throughput.case_of(rows["mbridge-b200-llama3-8b"])
 
 
 def test_torchtitan_h100_rows_run_at_their_gpus_memory_bandwidth():

@@ -35,11 +35,10 @@ E n_experts, t tp.
 import numpy as np
 
 from engine.inputs.codes import FFN, Attn, Ckpt, LossImpl, Precision, Quant
-from engine.model.activations import fused_kernels, matmul_input_bytes
+from engine.model.activations import fused_kernels
 from engine.model.common import formula
 from engine.model.params import (
     attention_matrix_params,
-    dims_param_count,
     embedding_params,
     expert_params,
     ffn_params,
@@ -48,11 +47,11 @@ from engine.model.params import (
     kv_heads,
     lora_params_per_layer,
     n_moe_layers,
+    param_count,
     router_params,
 )
 from engine.model.split import layers_per_stage, params_per_gpu
-from engine.model.stage import attention_scores_bytes_per_token, full_layer_bytes
-from engine.model.states import frozen
+from engine.model.states import compute_bytes, frozen
 
 # FlashAttention-2's backward: five matmuls of the forward's size against the forward's two (dV, dP, dQ, dK and
 # the recomputed S = QK^T): benchmark_flash_attention.py counts bwd = 2.5 x fwd.
@@ -82,7 +81,7 @@ def active_matmul_params(c):
         return float(c.n_params)
     tied_head = c.vocab * c.d_model if c.tied_embeddings and c.lm_head else 0
     idle_experts = max(c.n_experts - c.top_k, 0) * expert_params(c) * n_moe_layers(c)
-    return float(dims_param_count(c) - embedding_params(c) + tied_head - idle_experts)
+    return float(param_count(c) - embedding_params(c) + tied_head - idle_experts)
 
 
 @formula
@@ -163,7 +162,7 @@ def attention_io_per_token(c):
     """Activation elements the attention projections read and write per token, after TP: q/k/v in h, out
     (a + 2g)·d/t; o in a·d/t, out h."""
     h, a, g, d = float(c.d_model), c.n_heads, kv_heads(c), head_dim(c)
-    return 2.0 * h + (a + 2.0 * g) * d / c.tp + a * d / c.tp
+    return 2.0 * h + (2.0 * a + 2.0 * g) * d / c.tp
 
 
 @formula
@@ -197,6 +196,13 @@ def attention_core_flops_per_token(c):
 
 
 @formula
+def matmul_operand_bytes(c):
+    """Bytes per element a matmul reads and writes: 1 for fp8 operands (Transformer Engine and torchao cast the
+    inputs and weights to fp8 before the GEMM), else the compute dtype's."""
+    return 1 if c.precision == Precision.FP8 else compute_bytes(c)
+
+
+@formula
 def local_tokens_float(c):
     """Tokens of one micro-batch on one rank, s·b/cp: the M of every matmul outside the experts."""
     return float(c.seq_len) / c.cp * c.micro_batch
@@ -211,34 +217,37 @@ def stage_layers(c):
 
 
 @formula
-def matmul_work(c):
-    """(FLOPs, operand bytes) of one micro-batch's dense matmuls: the stage's layers and, on the last stage, the
-    LM head (input and weight gradients; never recomputed). Operand bytes M·K + K·N + M·N per matmul, in the
-    matmul's input precision, as many times as it runs."""
-    m = local_tokens_float(c)
-    dense, moe = stage_layers(c)
-    e, t, passes = matmul_input_bytes(c), c.tp, matmul_passes(c)
-    weights = (dense * dense_matmul_params(c, False) + moe * dense_matmul_params(c, True)) / t
-    flops = 2.0 * m * weights * passes + m * (dense + moe) * lora_flops_per_token_layer(c) / t
-    io = dense * dense_io_per_token(c, False) + moe * dense_io_per_token(c, True)
+def matmul_work(c, m, dense, moe):
+    """(FLOPs, operand bytes) of one micro-batch of m tokens through the dense matmuls of a stage of dense + moe
+    layers and, on the last stage, the LM head (input and weight gradients; never recomputed). Operand bytes
+    M·K + K·N + M·N per matmul, in the matmul's input precision, as many times as it runs."""
+    e, passes, per_t = matmul_operand_bytes(c), matmul_passes(c), 1.0 / c.tp
+    weights, io = dense * dense_matmul_params(c, False), dense * dense_io_per_token(c, False)
+    if moe > 0:
+        weights += moe * dense_matmul_params(c, True)
+        io += moe * dense_io_per_token(c, True)
+    weights *= per_t
+    flops = 2.0 * m * weights * passes
+    if c.lora_rank > 0:
+        flops += m * (dense + moe) * lora_flops_per_token_layer(c) * per_t
     nbytes = e * passes * (m * io + weights)
     if c.lm_head:
-        head = float(c.vocab) * c.d_model / t
+        head = float(c.vocab) * c.d_model * per_t
         head_passes = 2.0 if frozen(c) else 3.0
         flops += 2.0 * m * head * head_passes
-        nbytes += e * head_passes * (m * (c.d_model + float(c.vocab) / t) + head)
+        nbytes += e * head_passes * (m * (c.d_model + float(c.vocab) * per_t) + head)
     return flops, nbytes
 
 
 @formula
-def expert_work(c):
-    """(FLOPs, operand bytes) of one micro-batch's routed experts on this GPU: its s·b·k routed visits (times
-    capacity_factor on the most loaded rank) spread over its E/ep experts, each expert's matmul M that share."""
+def expert_work(c, m, moe):
+    """(FLOPs, operand bytes) of the routed experts of moe layers for one micro-batch of m tokens on this GPU: its
+    m·k routed visits (times capacity_factor on the most loaded rank) spread over its E/ep experts, each expert's
+    matmul M that share."""
     if c.n_experts == 0:
         return 0.0, 0.0
-    moe = stage_layers(c)[1]
-    visits = local_tokens_float(c) * c.top_k * c.capacity_factor
-    e, t, passes = matmul_input_bytes(c), c.tp, matmul_passes(c)
+    visits = m * c.top_k * c.capacity_factor
+    e, t, passes = matmul_operand_bytes(c), c.tp, matmul_passes(c)
     weights = float(expert_params(c)) / t
     flops = 2.0 * visits * weights * passes * moe
     nbytes = e * passes * moe * (visits * ffn_io_per_token(c, c.moe_d_ff) + weights * c.n_experts / c.ep)
@@ -246,29 +255,36 @@ def expert_work(c):
 
 
 @formula
-def attention_work(c):
-    """Attention core FLOPs of one micro-batch (causal flash, backward, recompute: attention_core_flops_per_token)."""
-    dense, moe = stage_layers(c)
-    return local_tokens_float(c) * (dense + moe) * attention_core_flops_per_token(c)
+def attention_work(c, m, layers):
+    """Attention core FLOPs of m tokens through `layers` layers (causal flash, backward, recompute:
+    attention_core_flops_per_token)."""
+    return m * layers * attention_core_flops_per_token(c)
 
 
 @formula
-def produced_bytes(c, r):
-    """(layers, loss): bytes one micro-batch's memory-bound kernels produce. The layers': what stage.py's
-    full_layer_bytes saves for backward (the s^2 scores included, as if nothing were recomputed); the loss's: its
-    logits (t·V/tp, vocabulary-parallel) times the bytes produced per logit above."""
-    dense, moe = stage_layers(c)
-    scores = attention_scores_bytes_per_token(c, r)
-    layers = dense * full_layer_bytes(c, r, False, scores)
-    if moe > 0:
-        layers += moe * full_layer_bytes(c, r, True, scores)
+def produced_bytes(c, r, m, dense, moe):
+    """(layers, loss): bytes one micro-batch of m tokens makes its memory-bound kernels produce. The layers': the
+    memory model's per-token terms (levels.Rank, activations.py) split over TP as stage.py's full_layer_bytes
+    splits them (the norms and projection inputs whole unless SP), the s^2 scores included, as if nothing were
+    recomputed; in floats, without full_layer_bytes' integer rounding per shard. The loss's: its logits (m·V/tp,
+    vocabulary-parallel) times the bytes produced per logit above."""
+    per_t = 1.0 / c.tp
+    if c.compile:  # Inductor's fused blocks materialize what they keep (compiled.py; dense blocks)
+        replicated_per_token, split_per_token = r.compiled_replicated_per_token, r.compiled_split_per_token
+        scores = float(r.compiled_scores_per_key) * c.seq_len
+    else:
+        replicated_per_token, split_per_token = r.replicated_per_token, r.split_per_token
+        scores = float(r.scores_per_key) * c.seq_len
+    replicated = replicated_per_token * (per_t if c.sp else 1.0)
+    split = dense * (split_per_token + scores) + moe * (r.moe_split_per_token + scores)
+    layers = m * ((dense + moe) * replicated + split * per_t)
     if not c.lm_head:
         return layers, 0.0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
         per_logit = FUSED_LINEAR_LOSS_PRODUCED_BYTES
     else:
         per_logit = FUSED_KERNEL_LOSS_PRODUCED_BYTES if fused_kernels(c) else LOSS_PRODUCED_BYTES
-    return layers, per_logit * local_tokens_float(c) * c.vocab / c.tp
+    return layers, per_logit * m * c.vocab * per_t
 
 
 @formula
@@ -279,16 +295,15 @@ def recompute_traffic_share(c):
 
 
 @formula
-def cast_bytes(c):
+def cast_bytes(c, m, dense, moe):
     """HBM bytes of one micro-batch that depend on the numerics, not on the ops: fp8 casts of every matmul input
     and output gradient (FP8_CAST_BYTES per element); a quantized LoRA base dequantized for the forward, the
     input gradient and any recompute (read QUANT_BYTES, write 2)."""
     nbytes = 0.0
     if c.precision == Precision.FP8:
-        dense, moe = stage_layers(c)
         routed = c.top_k * c.capacity_factor * ffn_io_per_token(c, c.moe_d_ff)
         io = dense * dense_io_per_token(c, False) + moe * (dense_io_per_token(c, True) + routed)
-        nbytes += FP8_CAST_BYTES * local_tokens_float(c) * io * (1.0 + recompute_matmul_share(c))
+        nbytes += FP8_CAST_BYTES * m * io * (1.0 + recompute_matmul_share(c))
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
         nbytes += (2.0 + recompute_matmul_share(c)) * (QUANT_BYTES[c.base_quant] + 2.0) * params_per_gpu(c)
     return nbytes

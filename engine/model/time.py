@@ -3,24 +3,25 @@
 In the levels of levels.py, so that per row only a few multiplications remain:
 
     step_work(c, r)      what one GPU of the most loaded pipeline stage does per optimizer step: FLOPs by kernel
-                         (flops.py), the bytes its memory-bound kernels and its collectives move     -> Work
+                         and the HBM bytes of the memory-bound ones (flops.py), the bytes its collectives move -> Work
     gpu_rates(c, r)      seconds per FLOP, per HBM byte and per collective byte on this GPU type, for each
-                         collective's group in this layout; $ per GPU-second                         -> Rates
-    device_times(w, g)   the step time and what follows from it                                        -> Times
+                         collective's group in this layout; $ per GPU-second                              -> Rates
+    device_times(w, g)   the step time and what follows from it                                             -> Times
 
 Compute, per micro-batch, kernels one after another on one stream:
 
-    matmuls      a roofline per kind of matmul: max(FLOPs / achievable rate, operand bytes / HBM bandwidth), the
-                 achievable rate the measured "maximum achievable matmul FLOPS" (MAMF, data/gpus.toml
+    matmuls      a roofline per kind of matmul (dense layers and head; routed experts): max(FLOPs / achievable
+                 rate, operand bytes / HBM bandwidth) (Williams et al. 2009, "Roofline", CACM 52(4)). The rate is
+                 MATMUL_EFFICIENCY x the measured "maximum achievable matmul FLOPS" (MAMF, data/gpus.toml
                  matmul_tflops_achievable, fp8_matmul_tflops_achievable); operand bytes M·K + K·N + M·N per
-                 matmul, so small token counts per matmul (a short micro-batch, an expert's share of the tokens)
-                 turn memory-bound (Williams et al. 2009, "Roofline", CACM 52(4))
-    attention    the attention core at ATTENTION_EFFICIENCY of the bf16 MAMF (calibrated)
-    elementwise  norms, activations, residuals, rotary embeddings, softmax, the loss, fp8 casts: memory-bound,
-                 HBM bytes / bandwidth. Their bytes are MEMORY_PASSES (calibrated) x what the memory model counts
-                 as saved for backward per layer and token (activations.py: the tensors the layer's ops produce),
-                 and x the loss's fp32 buffers (temporaries.py); torch.compile fuses them (COMPILE_TRAFFIC)
-    optimizer    once per step: every resident weight, gradient and state read and written (fused Adam)
+                 matmul, so few tokens per matmul (a short micro-batch, an expert's share) turn memory-bound
+    attention    the attention core at ATTENTION_EFFICIENCY x the bf16 MAMF
+    elementwise  norms, activations, residuals, rotary embeddings, softmax, the loss: memory-bound, HBM bytes /
+                 bandwidth, the bytes MEMORY_PASSES x what they produce (flops.py produced_bytes: the memory
+                 model's per-token tensors, the compiled blocks' under torch.compile, and the loss's buffers);
+                 fp8 casts and dequantization counted directly
+    optimizer    once per step: every resident weight, gradient and state read and written (fused Adam); an
+                 offloaded one steps on the CPU after its gradients cross the host link
 
 Communication, by the ring algorithms of NCCL and its bus-bandwidth convention (nccl-tests doc/PERFORMANCE.md:
 an all-reduce moves 2(n-1)/n of its buffer through each rank's link, an all-gather or reduce-scatter (n-1)/n):
@@ -40,6 +41,7 @@ an all-reduce moves 2(n-1)/n of its buffer through each rank's link, an all-gath
          --overlap-param-gather); ZeRO-3 / FSDP: each micro-batch gathers the weights for forward and again for
          backward and reduce-scatters the gradients, prefetched behind the compute of the layers before
          (FSDP arXiv:2304.11277 sec. 3.3; FSDP2 reshard_after_forward): exposed = what compute does not hide
+    host offloaded weights (ZeRO-Infinity) and activations cross the host link beside the compute
 
 Links: a group inside one NVLink domain runs at the intra-node bandwidth; a group across domains is limited by
 its ranks' network links: a ring crosses each domain once per channel, and NCCL runs one channel per NIC, so the
@@ -47,10 +49,11 @@ group's bus bandwidth is its ranks per domain x the per-GPU network bandwidth, a
 (nccl-tests multi-node all_reduce on 8 x 400 Gb/s H100 nodes: 400-450 GB/s bus bandwidth). Mesh order as
 Megatron-LM and torchtitan build it: TP innermost, then CP, then DP, PP outermost.
 
-Calibrated constants: data/golden/THROUGHPUT.md says on which rows and how (engine/checks/throughput.py fit).
+The three calibrated constants are fitted on data/golden/throughput.csv by engine/checks/throughput.py (fit:
+least squares on log tokens/s with a soft-L1 loss, every row); THROUGHPUT.md "Calibration" gives the values,
+the rows each one is sensitive to, and the leave-one-source-out errors.
 """
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -71,7 +74,6 @@ from engine.model.flops import (
     stage_layers,
 )
 from engine.model.params import has_dims, head_dim, kv_heads
-from engine.model.split import params_per_gpu
 from engine.model.stage import layer_activation_bytes
 from engine.model.states import (
     compute_bytes,
@@ -83,10 +85,9 @@ from engine.model.states import (
 )
 
 # --- calibrated on data/golden/throughput.csv (THROUGHPUT.md "Calibration"; engine/checks/throughput.py fit) ---
-MATMUL_EFFICIENCY = 0.826  # the training matmuls' FLOP rate over the MAMF (the best shape's)
-ATTENTION_EFFICIENCY = 0.283  # the attention core's FLOP rate over the bf16 MAMF
-MEMORY_PASSES = 8.83  # HBM bytes the memory-bound kernels move per byte the memory model saves for backward
-COMPILE_TRAFFIC = 0.520  # share of that traffic left when torch.compile fuses the elementwise ops
+MATMUL_EFFICIENCY = 0.829  # the training matmuls' FLOP rate over the MAMF (the best shape's)
+ATTENTION_EFFICIENCY = 0.274  # the attention core's FLOP rate over the bf16 MAMF
+MEMORY_PASSES = 7.92  # HBM bytes the memory-bound kernels move per byte the memory model saves for backward
 
 # --- from sources, not fitted --------------------------------------------------------------------------------
 # Achieved over nominal link bandwidth of large NCCL collectives: nccl-tests all_reduce bus bandwidth 230-250 GB/s
@@ -113,8 +114,8 @@ class Work(NamedTuple):
     a configuration without dims)."""
 
     model_flops_per_token: float = np.nan  # what MFU counts
-    tokens: float = np.nan  # tokens per optimizer step, the whole job
-    n_gpus: float = np.nan
+    tokens_per_gpu: float = np.nan  # tokens per optimizer step, the whole job's over its GPUs
+    gpu_s_per_mtok: float = np.nan  # 1e6 / tokens_per_gpu: GPU-steps per million tokens
     matmul_flops: float = np.nan  # dense matmuls (attention projections, dense FFN, shared experts, router, LM head)
     matmul_bytes: float = np.nan  # ... their operand bytes (inputs, weights, outputs)
     expert_flops: float = np.nan  # routed experts' matmuls
@@ -122,14 +123,14 @@ class Work(NamedTuple):
     attention_flops: float = np.nan  # the attention core
     hbm_bytes: float = np.nan  # memory-bound kernels inside the pipeline
     optimizer_bytes: float = np.nan  # the optimizer step, after the pipeline flush
-    bubble: float = np.nan  # pipeline bubble, a fraction of the stage's time
+    stretch: float = np.nan  # 1 + the pipeline bubble: the stage's time over its compute
     tp_bytes: float = np.nan  # through each rank's link, exposed
     cp_bytes: float = np.nan  # overlapped with the attention core
     ep_bytes: float = np.nan  # exposed
     pp_bytes: float = np.nan  # exposed
     dp_bytes: float = np.nan  # overlapped with dp_window x the compute
     dp_window: float = np.nan
-    host_bytes: float = np.nan  # over the host link beside the compute: offloaded weights and activations
+    host_s: float = np.nan  # over the host link beside the compute: offloaded weights and activations
     offload_s: float = np.nan  # the offloaded optimizer step: gradients down, weights up, the CPU's step
 
 
@@ -142,7 +143,7 @@ class Rates(NamedTuple):
     s_per_matmul_flop: float  # 1 / achievable matmul FLOP/s in the step's precision
     s_per_attention_flop: float
     s_per_hbm_byte: float
-    peak_bf16_flops_per_s: float  # MFU's denominator
+    s_per_peak_flop: float  # 1 / the dense bf16 peak: MFU's denominator
     s_per_tp_byte: float
     s_per_cp_byte: float
     s_per_ep_byte: float
@@ -180,50 +181,45 @@ def pipeline_bubble(c):
 
 
 @formula
-def tp_bytes(c):
-    """TP collectives of one micro-batch: four per layer (two in forward, two in backward), two more where the
-    forward runs again, of the s·b·h activation (arXiv:1909.08053 sec. 3)."""
+def tp_bytes(c, m, layers):
+    """TP collectives of one micro-batch of m tokens: four per layer (two in forward, two in backward), two more
+    where the forward runs again, of the m·h activation (arXiv:1909.08053 sec. 3)."""
     if c.tp == 1:
         return 0.0
-    dense, moe = stage_layers(c)
     count = 4.0 + 2.0 * (1.0 / max(c.checkpoint_every, 1) if c.checkpointing == Ckpt.FULL else 0.0)
-    activation = local_tokens_float(c) * c.d_model * compute_bytes(c)
-    return count * (dense + moe) * activation * ring(c.tp, True)
+    return count * layers * m * c.d_model * compute_bytes(c) * ring(c.tp, True)
 
 
 @formula
-def cp_bytes(c):
-    """Ring attention of one micro-batch: each rank receives the other ranks' K and V in forward, K, V and sends
-    dK, dV in backward (3x), per layer (arXiv:2310.01889)."""
+def cp_bytes(c, m, layers):
+    """Ring attention of one micro-batch of m tokens per rank: each rank receives the other ranks' K and V in
+    forward, K, V and sends dK, dV in backward (3x), per layer (arXiv:2310.01889)."""
     if c.cp == 1:
         return 0.0
-    dense, moe = stage_layers(c)
-    kv = 2.0 * kv_heads(c) * head_dim(c) / c.tp * local_tokens_float(c) * compute_bytes(c)
-    return (3.0 + recompute_attention_share(c)) * (dense + moe) * kv * (c.cp - 1.0)
+    kv = 2.0 * kv_heads(c) * head_dim(c) / c.tp * m * compute_bytes(c)
+    return (3.0 + recompute_attention_share(c)) * layers * kv * (c.cp - 1.0)
 
 
 @formula
-def ep_bytes(c):
-    """Expert-parallel all-to-alls of one micro-batch: dispatch and combine of each routed copy of a token, in
-    forward and backward, per MoE layer (GShard arXiv:2006.16668)."""
+def ep_bytes(c, m, moe):
+    """Expert-parallel all-to-alls of one micro-batch of m tokens: dispatch and combine of each routed copy of a
+    token, in forward and backward, per MoE layer (GShard arXiv:2006.16668)."""
     if c.ep == 1 or c.n_experts == 0:
         return 0.0
-    moe = stage_layers(c)[1]
-    routed = local_tokens_float(c) * c.top_k * c.capacity_factor * c.d_model * compute_bytes(c)
+    routed = m * c.top_k * c.capacity_factor * c.d_model * compute_bytes(c)
     count = 4.0 + 2.0 * recompute_matmul_share(c)
     return count * moe * routed * ring(c.ep, False)
 
 
 @formula
-def pp_bytes(c):
+def pp_bytes(c, m):
     """Point-to-point of one micro-batch: the activation forward, its gradient backward, per virtual stage; each
     TP rank sends its 1/t (Megatron-LM's scatter/gather, arXiv:2104.04473 sec. 4.1; with SP the activation is
     split already)."""
     if c.pp == 1:
         return 0.0
     v = c.vpp if c.pp_schedule == PPSchedule.INTERLEAVED else 1
-    activation = local_tokens_float(c) * c.d_model * compute_bytes(c)
-    return 2.0 * max(v, 1) * activation / c.tp
+    return 2.0 * max(v, 1) * m * c.d_model * compute_bytes(c) / c.tp
 
 
 @formula
@@ -235,7 +231,7 @@ def dp_bytes(c, r):
         return 0.0, 0.0
     grads = float(grad_bytes_per_param(c)) * r.trainable_params if trains(c) else 0.0
     if c.zero_stage == 3:
-        gathers = 2.0 * compute_bytes(c) * params_per_gpu(c)
+        gathers = 2.0 * compute_bytes(c) * r.params
         return c.grad_accum * (gathers + grads) * ring(n, False), 1.0
     if c.zero_stage == 0:
         return grads * ring(n, True), 2.0 / 3.0 / c.grad_accum
@@ -244,14 +240,13 @@ def dp_bytes(c, r):
 
 
 @formula
-def host_link_bytes(c, r):
+def host_link_bytes(c, r, dense, moe):
     """Bytes one micro-batch moves over the host link beside the compute: ZeRO-Infinity's offloaded weights,
     fetched for forward and again for backward; offloaded activations, down in forward and up in backward."""
     nbytes = 0.0
     if offloads_weights(c):
-        nbytes += 2.0 * compute_bytes(c) * sharded(c, params_per_gpu(c), 3, False)
+        nbytes += 2.0 * compute_bytes(c) * sharded(c, r.params, 3, False)
     if c.activation_offload:
-        dense, moe = stage_layers(c)
         saved = dense * layer_activation_bytes(c, r, False)
         if moe > 0:
             saved += moe * layer_activation_bytes(c, r, True)
@@ -271,13 +266,13 @@ def offload_seconds(c, r):
 
 
 @formula
-def hbm_bytes(c, r):
+def hbm_bytes(c, r, m, dense, moe):
     """HBM bytes of one micro-batch's memory-bound kernels: MEMORY_PASSES x what its layers and its loss produce
-    (flops.py produced_bytes), the layers' again where recomputed and COMPILE_TRAFFIC of them under torch.compile
-    (the loss stays eager: torchtitan compiles per block); plus fp8 casts and dequantization (flops.py)."""
-    layers, loss = produced_bytes(c, r)
-    layers *= (1.0 + recompute_traffic_share(c)) * (COMPILE_TRAFFIC if c.compile else 1.0)
-    return MEMORY_PASSES * (layers + loss) + cast_bytes(c)
+    (flops.py produced_bytes; under torch.compile what Inductor's fused blocks keep), the layers' again where
+    recomputed; plus fp8 casts and dequantization (flops.py)."""
+    layers, loss = produced_bytes(c, r, m, dense, moe)
+    layers *= 1.0 + recompute_traffic_share(c)
+    return MEMORY_PASSES * (layers + loss) + cast_bytes(c, m, dense, moe)
 
 
 @formula
@@ -285,17 +280,18 @@ def step_work(c, r):
     """Per GPU per optimizer step: FLOPs and bytes of the most loaded stage's micro-batches, and collectives."""
     if not has_dims(c):
         return NO_WORK
-    m = float(c.grad_accum)
-    mm_flops, mm_bytes = matmul_work(c)
-    ex_flops, ex_bytes = expert_work(c)
+    m, n = local_tokens_float(c), float(c.grad_accum)  # tokens per micro-batch, micro-batches per step
+    dense, moe = stage_layers(c)
+    mm_flops, mm_bytes = matmul_work(c, m, dense, moe)
+    ex_flops, ex_bytes = expert_work(c, m, moe)
     dp, window = dp_bytes(c, r)
     states = float(r.columns.weight_bytes + r.columns.grad_bytes + r.columns.optimizer_bytes)
     tokens = float(c.seq_len) * c.micro_batch * c.grad_accum * c.dp
-    return Work(model_flops_per_token(c), tokens, float(c.n_gpus), m * mm_flops, m * mm_bytes, m * ex_flops,
-                m * ex_bytes, m * attention_work(c), m * hbm_bytes(c, r),
-                OPTIMIZER_PASSES * states if trains(c) else 0.0, pipeline_bubble(c), m * tp_bytes(c),
-                m * cp_bytes(c), m * ep_bytes(c), m * pp_bytes(c), dp, window, m * host_link_bytes(c, r),
-                offload_seconds(c, r))
+    return Work(model_flops_per_token(c), tokens / c.n_gpus, 1e6 * c.n_gpus / tokens, n * mm_flops, n * mm_bytes, n * ex_flops,
+                n * ex_bytes, n * attention_work(c, m, dense + moe), n * hbm_bytes(c, r, m, dense, moe),
+                OPTIMIZER_PASSES * states if trains(c) else 0.0, 1.0 + pipeline_bubble(c), n * tp_bytes(c, m, dense + moe),
+                n * cp_bytes(c, m, dense + moe), n * ep_bytes(c, m, moe), n * pp_bytes(c, m), dp, window,
+                n * host_link_bytes(c, r, dense, moe) / HOST_LINK_BYTES_PER_S, offload_seconds(c, r))
 
 
 # --- the GPU's rates ------------------------------------------------------------------------------------------
@@ -365,7 +361,7 @@ def gpu_rates(c, r):
     attention = ATTENTION_EFFICIENCY * (FP32_SHARE * c.bf16_tflops * 1e12 if c.precision == Precision.FP32
                                         else bf16_matmul_flops_per_s(c))
     return Rates(per_unit(MATMUL_EFFICIENCY * matmul_flops_per_s(c)), per_unit(attention), per_unit(c.bandwidth_bytes_per_s),
-                 c.bf16_tflops * 1e12, per_unit(group_bytes_per_s(c, 1, c.tp)),
+                 per_unit(c.bf16_tflops * 1e12), per_unit(group_bytes_per_s(c, 1, c.tp)),
                  per_unit(group_bytes_per_s(c, c.tp, c.cp)), per_unit(group_bytes_per_s(c, c.tp, c.ep)),
                  per_unit(p2p_bytes_per_s(c)), per_unit(group_bytes_per_s(c, c.tp, c.dp * c.cp)), usd)
 
@@ -375,43 +371,45 @@ def gpu_rates(c, r):
 
 @formula
 def seconds(amount, s_per_unit):
-    """Time to move or compute `amount`; nothing takes no time (even over an unknown link, NaN per byte)."""
-    return 0.0 if amount == 0.0 else amount * s_per_unit
+    """Time to move `amount`; nothing takes no time, even over a link of unknown speed (NaN per byte)."""
+    return amount * s_per_unit if amount > 0.0 else 0.0
 
 
 @formula
-def roofline(flops, nbytes, g):
-    """A matmul kind's time: its FLOPs at the achievable rate or its operand bytes at the HBM bandwidth, the
-    slower (Williams et al. 2009)."""
-    return max(flops * g.s_per_matmul_flop, nbytes * g.s_per_hbm_byte)  # both finite (device_times checks)
+def slower(a, b):
+    """The larger of two times (a roofline's two bounds)."""
+    return max(a, b)
 
 
 @formula
 def overlapped(comm, window):
     """Time a collective adds when it runs beside `window` seconds of compute: what the window does not hide
     (an unknown link, NaN, stays unknown)."""
-    if math.isnan(comm):
-        return comm
-    return comm - window if comm > window else 0.0
+    exposed = comm - window
+    return exposed if exposed > 0.0 else exposed - exposed  # 0, or NaN when the link is unknown
 
 
 @formula
 def device_times(w, g):
-    """Step time, tokens per second per GPU, MFU and dollars per million tokens (NaN where a rate is unknown)."""
-    known = g.s_per_matmul_flop > 0.0 and g.s_per_attention_flop > 0.0 and g.s_per_hbm_byte > 0.0
-    if not (w.matmul_flops > 0.0) or not known or not (g.peak_bf16_flops_per_s > 0.0):
+    """Step time, tokens per second per GPU, MFU and dollars per million tokens (NaN where a rate is unknown).
+
+    Per row, so branch-light: matmuls on their roofline, then the attention core and the memory-bound kernels,
+    the collectives that are exposed and those that hide behind the compute, the bubble, the optimizer."""
+    if not (w.matmul_flops > 0.0 and g.s_per_matmul_flop > 0.0 and g.s_per_hbm_byte > 0.0):
         return Times(np.nan, np.nan, np.nan, np.nan)
-    matmuls = roofline(w.matmul_flops, w.matmul_bytes, g)
+    matmuls = slower(w.matmul_flops * g.s_per_matmul_flop, w.matmul_bytes * g.s_per_hbm_byte)
     if w.expert_flops > 0.0:
-        matmuls += roofline(w.expert_flops, w.expert_bytes, g)
+        matmuls += slower(w.expert_flops * g.s_per_matmul_flop, w.expert_bytes * g.s_per_hbm_byte)
     attention = w.attention_flops * g.s_per_attention_flop
     compute = matmuls + attention + w.hbm_bytes * g.s_per_hbm_byte
     exposed = seconds(w.tp_bytes, g.s_per_tp_byte) + seconds(w.ep_bytes, g.s_per_ep_byte)
-    exposed += overlapped(seconds(w.cp_bytes, g.s_per_cp_byte), attention)
-    exposed += overlapped(w.host_bytes / HOST_LINK_BYTES_PER_S, compute)
-    stage = (compute + exposed) * (1.0 + w.bubble) + seconds(w.pp_bytes, g.s_per_pp_byte)
+    if w.cp_bytes > 0.0:
+        exposed += overlapped(w.cp_bytes * g.s_per_cp_byte, attention)
+    if w.host_s > 0.0:
+        exposed += overlapped(w.host_s, compute)
+    stage = (compute + exposed) * w.stretch + seconds(w.pp_bytes, g.s_per_pp_byte)
     data_parallel = overlapped(seconds(w.dp_bytes, g.s_per_dp_byte), w.dp_window * compute)
     step = stage + data_parallel + w.optimizer_bytes * g.s_per_hbm_byte + w.offload_s
-    tokens_per_gpu_s = w.tokens / (w.n_gpus * step)
-    mfu = w.model_flops_per_token * tokens_per_gpu_s / g.peak_bf16_flops_per_s
-    return Times(step, tokens_per_gpu_s, mfu, g.usd_per_s / tokens_per_gpu_s * 1e6)
+    tokens_per_gpu_s = w.tokens_per_gpu / step
+    mfu = w.model_flops_per_token * tokens_per_gpu_s * g.s_per_peak_flop
+    return Times(step, tokens_per_gpu_s, mfu, g.usd_per_s * step * w.gpu_s_per_mtok)
