@@ -35,10 +35,9 @@ CONFIG_NAMES = [
     "shared_expert_gate", "softmax_fp32", "sp", "step_time_s", "temp_bytes", "tied_embeddings", "tokens_per_gpu_s",
     "top_k", "tp", "v_head_dim", "valid", "vocab", "vpp", "weight_bytes", "zero_grad", "zero_stage",
 ]
-# Names CONFIG.md has and the code does not implement yet: the `recipe` preset input (CONFIG.md, "Training
-# recipe": `recipe = "torchtitan"` may set several knobs). Each is an expected failure, strict: when one lands (and
+# Names CONFIG.md has and the code does not implement yet. Each is an expected failure, strict: when one lands (and
 # the page is regenerated) its case passes, the strict xfail fails, and the name comes off this list.
-NOT_IMPLEMENTED = {"recipe"}
+NOT_IMPLEMENTED: set = set()
 
 
 def config_md_names(text: str) -> set[str]:

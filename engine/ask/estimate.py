@@ -37,8 +37,11 @@ def estimate_table(rows: list[dict]) -> pa.Table:
     """Resolved inputs (CONFIG.md names) followed by every output column, one row per case."""
     records, models, gpus = resolve_cases(rows)
     out = evaluate(records)
-    columns = {"model": pa.array(models).dictionary_encode(), "gpu": pa.array(gpus).dictionary_encode()}
-    for name in INPUT_COLUMNS[2:]:
-        columns[name] = arrow_column(name, records[name])
+    recipes = [str(row.get("recipe", "")).strip() or "none" for row in rows]
+    names = {"model": models, "recipe": recipes, "gpu": gpus}  # written as given; the rest as resolved
+    columns = {}
+    for name in INPUT_COLUMNS:
+        columns[name] = (pa.array(names[name]).dictionary_encode() if name in names
+                         else arrow_column(name, records[name]))
     columns.update(output_columns(out))
     return pa.table(columns)

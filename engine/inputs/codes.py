@@ -142,7 +142,7 @@ class Invalid(IntEnum):
     OFFLOAD_ZERO = 11
     TOP_K = 12
     NO_DIMS = 13
-    ZERO_ONE_REPLICA = 14
+    ZERO_ONE_REPLICA = 14  # no longer produced: on one replica zero_stage shards nothing and runs as stage 0
     TOO_LARGE = 15
     SEQ_POSITIONS = 16
 

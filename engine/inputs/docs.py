@@ -14,6 +14,7 @@ import sys
 from engine.cli.flags import DERIVED_DEFAULTS, flag
 from engine.inputs import vocabulary as v
 from engine.inputs.codes import CHOICES, INVALID_REASONS, names
+from engine.inputs.recipes import presets
 from engine.inputs.spec import OUTPUT_OPTIONS, SPEC_TABLES
 from engine.model import catalog, outputs
 
@@ -25,7 +26,8 @@ INPUT_SECTIONS = [
      "overrides it (0: the model's own, or what the help says 0 means)."), [v.NAME_FIELDS[0]] + v.MODEL_FIELDS),
     ("Workload", "", v.WORKLOAD_FIELDS),
     ("Numerics and training method", "", v.METHOD_FIELDS),
-    ("Training recipe (how the framework runs the step)", "Defaults are plain PyTorch's.", v.RECIPE_FIELDS),
+    ("Training recipe (how the framework runs the step)", ("Defaults are plain PyTorch's; a `recipe` preset sets "
+     "several (below)."), v.PRESET_FIELDS + v.RECIPE_FIELDS),
     ("Parallel layout and hardware", ("The GPU's attributes come from data/gpus.toml and data/overheads.toml; a "
      "value given here overrides the catalog's for that case."), [v.NAME_FIELDS[1]] + v.LAYOUT_FIELDS + v.GPU_FIELDS),
 ]
@@ -126,7 +128,18 @@ def input_lines() -> list[str]:
         lines += [f"### {title}", ""] + ([intro, ""] if intro else [])
         rows = [[code(f.name), code(flag(f.name)), kind_of(f), accepted(f), default_of(f), f.help] for f in fields]
         lines += table(["column", "flag", "kind", "accepted values", "default", "meaning"], rows) + [""]
+        if v.PRESET_FIELDS[0] in fields:
+            lines += preset_lines()
     return lines
+
+
+def preset_lines() -> list[str]:
+    """The recipe presets of data/recipes.toml: what each sets and where its values come from."""
+    lines = ["#### Recipe presets (data/recipes.toml)", "",
+             "`recipe = \"none\"` (or empty) sets nothing; an input given explicitly wins over the preset's.", ""]
+    rows = [[code(name), ", ".join(f"{k} = {v.spell(k, val)}" for k, val in p["inputs"].items()), p["source"]]
+            for name, p in presets().items()]
+    return lines + table(["recipe", "sets", "source"], rows) + [""]
 
 
 def output_tuples() -> list[type]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import UserError
+from engine.inputs.recipes import preset_inputs
 from engine.inputs.resolve import (
     MODEL_FIELD_NAMES,
     gpu_attributes,
@@ -116,6 +117,24 @@ def gpu_axis(values) -> Axis:
     return table_axis("gpu", [e["gpu"] for e in entries], records, GPU_ATTRIBUTES)
 
 
+def recipe_axis(values, explicit: set) -> Axis:
+    """Training-recipe presets: each digit sets what its preset sets (data/recipes.toml), but the inputs the spec
+    sweeps itself, which win; 'none' sets nothing."""
+    values = values if isinstance(values, list) else [values]
+    names = [str(v).strip() or "none" for v in values]
+    if len(set(names)) != len(names):
+        raise UserError(f"axis 'recipe' repeats a value: {values}")
+    sets = [preset_inputs(n) for n in names]
+    fields = sorted({f for inputs in sets for f in inputs} - explicit, key=FIELD_INDEX.get)
+    records = []
+    for inputs in sets:
+        rec = empty_records(1)[0]
+        for k, v in inputs.items():
+            rec[k] = v
+        records.append(rec)
+    return table_axis("recipe", names, records, fields)
+
+
 def value_axis(name: str, values) -> Axis:
     """A plain axis: each value parsed as CONFIG.md says, labels as users will read them."""
     values = values if isinstance(values, list) else [values]
@@ -134,7 +153,8 @@ def build_grid(spec: Spec) -> Grid:
     axes_in = dict(spec.axes)
     model = model_axis(axes_in.pop("model", [INPUTS["model"].default]), "dropout" in axes_in)
     gpu = gpu_axis(axes_in.pop("gpu", [INPUTS["gpu"].default]))
-    axes = [model] + [value_axis(name, values) for name, values in axes_in.items()] + [gpu]
+    recipe = [recipe_axis(axes_in.pop("recipe"), set(axes_in))] if "recipe" in axes_in else []
+    axes = [model] + recipe + [value_axis(name, values) for name, values in axes_in.items()] + [gpu]
     read_by = level_of_fields()
     for axis in axes:
         axis.level = min((read_by.get(f, "device") for f in axis.fields), key=LEVELS.index)

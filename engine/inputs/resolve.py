@@ -13,6 +13,7 @@ import numpy as np
 from engine import DATA_DIR
 from engine.errors import UserError
 from engine.inputs.model_fields import MODEL_FIELDS
+from engine.inputs.recipes import preset_inputs
 from engine.inputs.vocabulary import (
     INPUTS,
     RECORD,
@@ -88,8 +89,10 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
     gpu_entry = catalog.resolve_gpu(str(given.get("gpu", INPUTS["gpu"].default)).strip())
     for k, v in gpu_attributes(gpu_entry).items():
         rec[k] = v
+    for name, value in preset_inputs(str(given.get("recipe", ""))).items():
+        rec[name] = value  # a recipe preset first: the inputs given below win
     for name, raw in given.items():
-        if name not in ("model", "gpu"):
+        if name not in ("model", "gpu", "recipe"):
             rec[name] = parse(name, raw)
     check_ranges(rec)
     rec.dp, rec.n_gpus = degrees(rec, layout_mode(given))  # a layout that does not divide becomes an invalid row

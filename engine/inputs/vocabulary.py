@@ -100,15 +100,23 @@ GPU_FIELDS = [
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 
-INPUT_FIELDS = NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + RECIPE_FIELDS + LAYOUT_FIELDS + GPU_FIELDS
+# A training-recipe preset sets several inputs at once (data/recipes.toml); the record carries what it set.
+PRESET_FIELDS = [
+    Field("recipe", "str", "", "a preset of the inputs a project's recipe sets (torchtitan, torchtune-full, ...: "
+          "data/recipes.toml); inputs given explicitly win"),
+]
+
+INPUT_FIELDS = (NAME_FIELDS + MODEL_FIELDS + WORKLOAD_FIELDS + METHOD_FIELDS + PRESET_FIELDS + RECIPE_FIELDS
+                + LAYOUT_FIELDS + GPU_FIELDS)
 INPUTS = {f.name: f for f in INPUT_FIELDS}
-RECORD = np.dtype([(f.name, np.float64 if f.kind == "float" else np.int64) for f in INPUT_FIELDS[2:]])
+RECORD_FIELDS = [f for f in INPUT_FIELDS if f.kind != "str"]  # names (model, gpu, recipe) resolve to these
+RECORD = np.dtype([(f.name, np.float64 if f.kind == "float" else np.int64) for f in RECORD_FIELDS])
 
 
 def empty_records(n: int) -> np.recarray:
     """n records holding every input's default (model and GPU attributes zero)."""
     rec = np.zeros(n, dtype=RECORD).view(np.recarray)
-    for f in INPUT_FIELDS[2:]:
+    for f in RECORD_FIELDS:
         rec[f.name] = f.default
     return rec
 

@@ -169,7 +169,7 @@ class Step(NamedTuple):
 def largest_component(r, sc):
     """The largest of weights, grads, optimizer states, activations and temporaries with the allocator's slack
     at the peak, as (Component code, bytes); the first one wins a tie."""
-    sizes = (r.columns.weight_bytes, sc.peak_grad_bytes, r.columns.optimizer_bytes, sc.activation_bytes,
+    sizes = (r.columns.weight_bytes, sc.peak_grad_bytes, sc.peak_optimizer_bytes, sc.activation_bytes,
              sc.temp_bytes + sc.allocator_slack_bytes)
     best = 0
     for i in range(1, 5):

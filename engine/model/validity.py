@@ -80,8 +80,6 @@ def layout_reason(c):
         c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3
     ):
         return Invalid.OFFLOAD_ZERO
-    if c.zero_stage > 0 and c.dp * c.cp == 1 and c.offload == Offload.NONE:
-        return Invalid.ZERO_ONE_REPLICA
     if not has_dims(c):
         return Invalid.OK if c.tp == 1 and c.pp == 1 else Invalid.NO_DIMS
     return model_layout_reason(c)

@@ -1,0 +1,52 @@
+"""Training-recipe presets (data/recipes.toml): one name sets several inputs, explicit inputs win, and a sweep's
+`recipe` axis gives the numbers explain gives for the same case."""
+
+import polars as pl
+import pytest
+
+from engine.ask.explain import evaluate_case
+from engine.cli import main
+from engine.dataset.sweep import run_sweep
+from engine.errors import UserError
+from engine.inputs.codes import Ckpt, Framework, OptimizerImpl
+from engine.inputs.recipes import presets
+from engine.inputs.resolve import resolve_case
+
+
+def test_every_preset_cites_its_source_and_sets_valid_inputs():
+    assert {"torchtitan", "torchtune-full", "torchtune-lora", "torchtune-qlora", "hf-trainer",
+            "deepspeed-zero-offload", "megatron"} <= set(presets())
+    for name, preset in presets().items():
+        assert preset["inputs"] and len(preset["source"]) > 40, name
+        assert evaluate_case({"model": "llama-3.1-8b", "recipe": name, "n_gpus": 8})["valid"] == 1, name
+
+
+def test_a_preset_sets_its_inputs_and_explicit_inputs_win():
+    titan, _, _ = resolve_case({"recipe": "torchtitan", "n_gpus": 8})
+    assert (titan.framework, titan.zero_stage, titan.checkpointing) == (Framework.FSDP, 3, Ckpt.SELECTIVE_OP)
+    assert titan.optimizer_impl == OptimizerImpl.FUSED
+    mine, _, _ = resolve_case({"recipe": "torchtitan", "n_gpus": 8, "optimizer_impl": "foreach", "zero_stage": 2})
+    assert (mine.optimizer_impl, mine.zero_stage, mine.checkpointing) == (OptimizerImpl.FOREACH, 2, Ckpt.SELECTIVE_OP)
+
+
+def test_an_unknown_recipe_is_one_line_naming_the_presets(capsys):
+    with pytest.raises(UserError, match="torchtitan"):
+        resolve_case({"recipe": "torchtitanic"})
+    assert main(["explain", "--recipe", "torchtitanic"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "torchtitanic" in err and "\n" not in err
+
+
+def test_a_recipe_axis_gives_what_explain_gives_and_swept_inputs_win(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "torchtune-full"]\n'
+                    'n_gpus = [1, 8]\noptimizer_impl = ["foreach", "fused"]\n')
+    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
+    rows = pl.read_parquet(tmp_path / "out" / "*.parquet").with_columns(pl.col(pl.Categorical).cast(pl.String))
+    assert rows.height == 12
+    for row in rows.iter_rows(named=True):
+        case = {"model": "llama-3.1-8b", "recipe": row["recipe"], "n_gpus": row["n_gpus"],
+                "optimizer_impl": row["optimizer_impl"]}
+        assert row["allocated_peak_bytes"] == evaluate_case(case)["allocated_peak_bytes"], case
+    titan = rows.filter(pl.col("recipe") == "torchtitan", pl.col("n_gpus") == 1)
+    assert titan["allocated_peak_bytes"].n_unique() == 2  # foreach and fused differ: the axis, not the preset, set it
