@@ -48,6 +48,26 @@ def test_explain_suggests_changes_that_make_it_fit(capsys):
     assert peaks == sorted(peaks, reverse=True)  # every step helps
 
 
+def test_explain_suggests_a_recipe_knob_only_when_it_lowers_the_peak():
+    from engine.ask.explain import evaluate_case, suggestions
+
+    def changes(seq_len):  # llama-3.1-8b on one H100: AdamW foreach, the standard loss, no recomputation
+        case = {"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb", "seq_len": seq_len}
+        result = evaluate_case(case)
+        found = suggestions(case, result, limit=100)
+        assert all(s["device_peak_bytes"] < result["device_peak_bytes"] for s in found)
+        return [s["change"] for s in found]
+
+    long = changes(8192)  # the peak is in backward: activation knobs help, the optimizer's step buffers do not
+    for knob in ("chunked cross-entropy", "fused linear cross-entropy", "op-level selective", "activation offload",
+                 "8-bit AdamW", "pure bf16", "LoRA r=16", "QLoRA r=16"):
+        assert any(change.startswith(knob) for change in long), knob
+    assert not any(change.startswith(("the fused optimizer", "the optimizer step in")) for change in long)
+    short = changes(2048)  # the peak is the optimizer step: a fused step and the step in backward lower it
+    assert any(c.startswith("the fused optimizer") for c in short)
+    assert any(c.startswith("the optimizer step in backward") for c in short)
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [

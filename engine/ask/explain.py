@@ -12,8 +12,12 @@ from engine.inputs.codes import (
     Ckpt,
     Component,
     Invalid,
+    LossImpl,
     Offload,
+    Optimizer,
+    OptimizerImpl,
     Phase,
+    Precision,
     name_of,
 )
 from engine.inputs.resolve import resolve_case
@@ -107,6 +111,31 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
     if rec.zero_stage >= 1 and rec.offload == Offload.NONE:
         out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
     out.append((f"{rec.n_gpus * 2} GPUs with ZeRO-3", {"n_gpus": rec.n_gpus * 2, "dp": 0, "zero_stage": 3}))
+    return out + recipe_variants(rec)
+
+
+def recipe_variants(rec) -> list[tuple[str, dict]]:
+    """The training-recipe knobs (CONFIG.md "Training recipe") and cheaper training methods worth trying."""
+    out = []
+    if rec.optimizer_impl != OptimizerImpl.FUSED:
+        out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
+    if not rec.optimizer_in_backward:
+        out.append(("the optimizer step in backward (torchtune optimizer_in_bwd)", {"optimizer_in_backward": True}))
+    if rec.loss_impl == LossImpl.STANDARD:
+        out.append(("chunked cross-entropy (torchtune, 8 chunks)", {"loss_impl": "chunked", "loss_chunks": 8}))
+    if rec.loss_impl != LossImpl.FUSED_LINEAR:
+        out.append(("fused linear cross-entropy (Liger, Cut Cross-Entropy)", {"loss_impl": "fused_linear"}))
+    if rec.checkpointing in (Ckpt.NONE, Ckpt.SELECTIVE):
+        out.append(("op-level selective recomputation (torchtitan)", {"checkpointing": "selective_op"}))
+    if not rec.activation_offload:
+        out.append(("activation offload to host RAM", {"activation_offload": True}))
+    if rec.optimizer in (Optimizer.ADAM, Optimizer.ADAMW):
+        out.append(("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"}))
+    if rec.precision in (Precision.FP32, Precision.AMP_BF16, Precision.AMP_FP16):
+        out.append(("pure bf16 (no fp32 master weights)", {"precision": "bf16"}))
+    if rec.lora_rank == 0:
+        out.append(("LoRA r=16 (trains adapters only)", {"lora_rank": 16}))
+        out.append(("QLoRA r=16 (NF4 base, trains adapters only)", {"lora_rank": 16, "base_quant": "nf4"}))
     return out
 
 
@@ -119,9 +148,10 @@ def try_variants(case: dict, rec) -> list[dict]:
             for (label, change), r in zip(options, results) if r is not None and r["valid"]]
 
 
-def suggestions(case: dict, result: dict, limit: int = 5) -> list[dict]:
-    """Single changes, those that fit first, then by peak."""
-    found = sorted(try_variants(case, result["record"]), key=lambda s: (not s["fits"], s["device_peak_bytes"]))
+def suggestions(case: dict, result: dict, limit: int = 6) -> list[dict]:
+    """Single changes that lower the peak, those that fit first, then by peak; none that changes nothing."""
+    lower = [s for s in try_variants(case, result["record"]) if s["device_peak_bytes"] < result["device_peak_bytes"]]
+    found = sorted(lower, key=lambda s: (not s["fits"], s["device_peak_bytes"]))
     return [{k: v for k, v in s.items() if k != "record"} for s in found[:limit]]
 
 
