@@ -5,6 +5,7 @@ import pytest
 
 from engine.dataset.chunks import SweepKernel
 from engine.inputs.grid import build_grid, decode
+from engine.inputs.recipes import presets
 from engine.inputs.resolve import resolve_cases
 from engine.inputs.spec import parse_spec
 from engine.inputs.vocabulary import RECORD
@@ -17,12 +18,16 @@ CHOICES = dict(
     precision=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8"],
     optimizer=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"],
     framework=["pytorch", "fsdp", "deepspeed", "megatron"],
-    checkpointing=["none", "selective", "full"],
+    checkpointing=["none", "selective", "full", "selective_op"],
     attention=["eager", "sdpa_math", "flash"],
     lora_targets=["qv", "attn", "all_linear"],
     base_quant=["none", "int8", "nf4"],
     offload=["none", "optimizer", "optimizer_params"],
     pp_schedule=["1f1b", "interleaved", "gpipe"],
+    optimizer_impl=["foreach", "fused", "forloop"],
+    loss_impl=["standard", "chunked", "fused_linear"],
+    zero_grad=["none", "zeros"],
+    recipe=["none", *presets()],
 )
 
 
@@ -37,6 +42,8 @@ def random_case(rng) -> dict:
         vpp=pick([1, 2]), seq_len=pick([128, 1024, 4096, 32768]), micro_batch=pick([1, 2, 8]),
         grad_accum=pick([1, 4, 16]), lora_rank=pick([0, 0, 8, 64]), dropout=pick([0.0, 0.1]),
         headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]), capacity_factor=pick([1.0, 1.25, 2.0]),
+        optimizer_in_backward=pick([True, False]), loss_chunks=pick([1, 8, 64]), checkpoint_every=pick([1, 2, 3]),
+        activation_offload=pick([True, False]), compile=pick([True, False]), loss_parallel=pick([True, False]),
     )
     return case
 
@@ -73,6 +80,8 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed):
         "n_gpus": [8, 32], "tp": [1, 2, 8], "zero_stage": [0, 3], "precision": ["amp_bf16", "bf16", "fp32"],
         "lora_rank": [0, 16], "micro_batch": [1, 4], "seq_len": [1024, 8192], "checkpointing": ["none", "full"],
         "attention": ["eager", "flash"], "sp": [False, True], "headroom": [0.1, 0.2],
+        "optimizer_impl": ["foreach", "fused"], "loss_impl": ["standard", "chunked", "fused_linear"],
+        "activation_offload": [False, True], "compile": [False, True], "recipe": ["none", "torchtitan"],
     }
     grid = build_grid(parse_spec({"axes": axes}))
     start = int(rng.integers(0, grid.total // 2))
@@ -98,8 +107,11 @@ def test_sweep_kernel_equals_the_scalar_path_on_1e5_configurations_across_the_in
         "n_gpus": [1, 64, 2**24], "tp": [1, 8, 4096], "pp": [1, 4], "ep": [1, 8], "zero_stage": [0, 1, 3],
         "precision": list(CHOICES["precision"]), "optimizer": ["adamw", "adafactor", "adamw_8bit", "none"],
         "framework": list(CHOICES["framework"]), "offload": ["none", "optimizer"], "lora_rank": [0, 2**20],
-        "checkpointing": ["none", "selective", "full"], "attention": ["eager", "flash"], "sp": [False, True],
+        "checkpointing": list(CHOICES["checkpointing"]), "attention": ["eager", "flash"], "sp": [False, True],
         "micro_batch": [1, 2**20], "seq_len": [2048, 2**31], "grad_accum": [1, 2**20], "headroom": [0.0, 0.99],
+        "optimizer_impl": list(CHOICES["optimizer_impl"]), "loss_impl": list(CHOICES["loss_impl"]),
+        "optimizer_in_backward": [False, True], "activation_offload": [False, True], "compile": [False, True],
+        "zero_grad": ["none", "zeros"], "loss_parallel": [False, True], "recipe": ["none", "torchtune-qlora"],
     }
     grid = build_grid(parse_spec({"axes": axes}))
     start = int(rng.integers(0, grid.total - 100_000))
