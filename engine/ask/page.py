@@ -27,8 +27,10 @@ def render_html(report: Report) -> str:
     findings_html = "".join(f"<li>{esc(line)}</li>" for line in report.findings)
     sections_html = "".join(section_html(s) for s in report.sections) or (
         '<p class="empty">No charts: there is no fitting configuration to draw.</p>')
+    partial = getattr(report, "partial", "")
+    banner = f'<p class="partial" id="partial">{esc(partial)}</p>' if partial else ""
     return PAGE.format(
-        title=esc(report.title), created=esc(report.created), generated=esc(report.generated),
+        banner=banner, title=esc(report.title), created=esc(report.created), generated=esc(report.generated),
         version=esc(engine.__version__), findings=findings_html, spec=esc(report.spec_text or "(no spec text recorded)"),
         sections=sections_html, bundle=bundle, specs=script_json(specs), options=script_json(EMBED_OPTIONS),
         style=STYLE_CSS, handlers=ERROR_HANDLERS, embed=EMBED_SCRIPT,
@@ -72,7 +74,8 @@ def export_charts(report: Report, html_path: Path, fmt: str) -> list[Path]:
 STYLE_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em}.meta,.shows{color:#666;font-size:.9em}
 .note,.empty{background:#fff4e5;padding:.6em 1em;border-left:4px solid #f0a030}
-pre{background:#f6f6f6;padding:1em;overflow:auto}#js-errors{color:#b00020;background:#fde7ea}"""
+pre{background:#f6f6f6;padding:1em;overflow:auto}
+.partial{background:#fde7ea;color:#8a0015;font-weight:bold;padding:.8em 1em;border-left:6px solid #b00020}#js-errors{color:#b00020;background:#fde7ea}"""
 
 ERROR_HANDLERS = """window.memsimErrors = [];
 function memsimError(text) {
@@ -103,6 +106,7 @@ PAGE = """<!DOCTYPE html>
 <body>
 <pre id="js-errors" hidden></pre>
 <script>{handlers}</script>
+{banner}
 <h1>{title}</h1>
 <p class="meta">Sweep created {created}; report generated {generated} by memsim {version}.</p>
 <h2>Findings</h2>

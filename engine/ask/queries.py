@@ -20,6 +20,7 @@ not group by take their best value; `headroom_gib` is memory free at the peak (c
 
 import difflib
 import re
+import threading
 from dataclasses import dataclass
 
 import duckdb
@@ -185,6 +186,55 @@ def first_line(err: Exception) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}  # what a read-only connection runs: reading statements only
+
+
+def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection was locked down (engine.dataset.views.lock_down)."""
+    return con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0] is False
+
+
+def check_statements(con: duckdb.DuckDBPyConnection, sql: str, what: str) -> None:
+    """On a read-only connection, only SELECT (WITH, FROM, DESCRIBE, SUMMARIZE, ...) and EXPLAIN run: no COPY,
+    ATTACH, INSTALL, LOAD, SET, PRAGMA, CREATE or any other statement that writes or changes the session."""
+    if not is_read_only(con):
+        return
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as err:
+        raise UserError(f"{what} failed: {first_line(err)}") from None
+    for statement in statements:
+        if statement.type.name not in READ_ONLY_STATEMENTS:
+            raise UserError(f"{what}: a {statement.type.name} statement is not allowed in read-only mode "
+                            f"(only {' and '.join(sorted(READ_ONLY_STATEMENTS))} run: no file writes, ATTACH or extensions)")
+
+
+def interruptible(con: duckdb.DuckDBPyConnection, work):
+    """Run work() (a DuckDB call) on a worker thread, so that Ctrl-C or SIGTERM reach this thread at once and
+    interrupt the query (DuckDB does not return to Python, where signals are handled, until it is done)."""
+    done, box = threading.Event(), {}
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as err:  # noqa: BLE001 (handed to the caller's thread, raised there)
+            box["error"] = err
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="memsim-duckdb", daemon=True).start()
+    try:
+        while not done.wait(0.25):
+            pass
+    except BaseException:  # KeyboardInterrupt (Ctrl-C, or SIGTERM as engine.cli raises it)
+        con.interrupt()
+        done.wait(10)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> pl.DataFrame:
     """Run queries/<name>.sql on a connection from engine.dataset.views.connect, with its parameters checked and typed.
 
@@ -195,17 +245,23 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = N
     """
     query = read_query(name)
     values = bind(query, params or {})
+    check_statements(con, query.sql, f"query {name}")
     try:
-        return con.sql(query.sql, params=values or None).pl()
+        return interruptible(con, lambda: con.sql(query.sql, params=values or None).pl())
     except duckdb.Error as err:
         raise UserError(f"query {name} failed: {first_line(err)}") from None
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
     """Run the user's own SQL over the views; a statement without rows gives an empty frame."""
-    try:
+    check_statements(con, sql, "SQL")
+
+    def work():
         rel = con.sql(sql)
         return pl.DataFrame() if rel is None else rel.pl()
+
+    try:
+        return interruptible(con, work)
     except duckdb.Error as err:
         raise UserError(f"SQL failed: {first_line(err)}") from None
 
@@ -259,6 +315,13 @@ def render(rows: pl.DataFrame, fmt: str) -> str:
     return render_table(rows) + "\n"
 
 
+def write_parquet(rows: pl.DataFrame, path) -> None:
+    try:
+        rows.write_parquet(path)
+    except pl.exceptions.ComputeError as err:  # polars reports a failed write (a full disk) as this
+        raise OSError(first_line(err)) from None
+
+
 def emit(rows: pl.DataFrame, fmt: str | None, path: str | None) -> None:
     """Print the rows in the format asked, or write them atomically to `path` and say so."""
     from engine.atomic import write_atomic
@@ -268,7 +331,7 @@ def emit(rows: pl.DataFrame, fmt: str | None, path: str | None) -> None:
         print(render(rows, fmt), end="")
         return
     if fmt == "parquet":
-        write_atomic(path, lambda tmp: rows.write_parquet(tmp))
+        write_atomic(path, lambda tmp: write_parquet(rows, tmp))
     else:
         text = render(rows, fmt)
         write_atomic(path, lambda tmp: tmp.write_text(text))

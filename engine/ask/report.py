@@ -16,8 +16,8 @@ import reports
 from engine.ask.findings import findings
 from engine.ask.page import export_charts, render_html
 from engine.ask.sections import Report, Runner, Section, of_method
-from engine.atomic import write_atomic
-from engine.dataset.views import connect, manifest
+from engine.atomic import output_path, write_atomic
+from engine.dataset.views import connect, sweep_parts
 from engine.errors import UserError
 
 FORMATS = ("html", "png", "svg")
@@ -66,11 +66,13 @@ def build_section(module, run: Runner, picks: dict, compact: bool = False) -> Se
     return section
 
 
-def build_report(sweep_dir, method=None, model=None, gpu=None) -> Report:
-    """Run every chart's query over the sweep in `sweep_dir` and describe what it found."""
+def build_report(sweep_dir, method=None, model=None, gpu=None, partial: bool = False) -> Report:
+    """Run every chart's query over the sweep in `sweep_dir` and describe what it found. An incomplete dataset is
+    refused unless `partial`; then the report covers the complete shards and its `partial` says so."""
     sweep_dir = Path(sweep_dir)
-    run = Runner(connect(sweep_dir))
-    info = manifest(sweep_dir)
+    parts = sweep_parts(sweep_dir, partial)
+    run = Runner(connect(parts, read_only=True))
+    info = parts.manifest
     spec_path = sweep_dir / "_spec.toml"
     try:
         summary = run("summary").row(0, named=True)
@@ -81,7 +83,7 @@ def build_report(sweep_dir, method=None, model=None, gpu=None) -> Report:
         said = findings(run, summary, info.get("total", summary["configurations"]), picks)
     finally:
         run.con.close()
-    return Report(
+    report = Report(
         title=info.get("title") or "memsim sweep",
         spec_text=spec_path.read_text() if spec_path.exists() else "",
         created=info.get("created", "unknown"),
@@ -89,13 +91,17 @@ def build_report(sweep_dir, method=None, model=None, gpu=None) -> Report:
         findings=said,
         sections=sections,
     )
+    report.partial = parts.note()  # shown as a banner on the page ('' for a whole dataset)
+    return report
 
 
-def write_report(sweep_dir, output, fmt: str = "html", method=None, model=None, gpu=None) -> tuple[Report, list[Path]]:
+def write_report(sweep_dir, output, fmt: str = "html", method=None, model=None, gpu=None,
+                 partial: bool = False) -> tuple[Report, list[Path]]:
     """Build the report and write the page (and, for png or svg, each chart beside it); returns the paths."""
     if fmt not in FORMATS:
         raise UserError(f"--format takes one of {', '.join(FORMATS)}, got {fmt!r}")
-    report = build_report(sweep_dir, method, model, gpu)
+    output_path(output)  # a path that cannot be written is refused before any work
+    report = build_report(sweep_dir, method, model, gpu, partial)
     page, output = render_html(report), Path(output)
     paths = [write_atomic(output, lambda tmp: tmp.write_text(page, encoding="utf-8"))]
     if fmt != "html":

@@ -4,7 +4,11 @@ Each command lives in its own module here, its options beside its handler (`add_
 """
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 
 from engine.cli import estimate, explain, measure, query, report, sweep, validate, verify
 from engine.errors import UserError
@@ -27,16 +31,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm's scancel, Kubernetes, kill): stopped as Ctrl-C stops, so nothing is left half-written."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises Terminated for the block (in the main thread, where Python runs signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.run(args)
+        with sigterm_as_interrupt():
+            args.run(args)
     except UserError as err:
-        print(f"memsim: error: {err}", file=sys.stderr)
+        print(f"memsim: error: {one_line(err)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("memsim: terminated (SIGTERM); nothing half-written was left behind", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("memsim: interrupted; nothing half-written was left behind", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `memsim query ... | head`: the reader left; say nothing more
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python's own advice: the interpreter flushes it at exit)
+        return 141
+    except OSError as err:  # the machine refused (no space, no permission, read-only filesystem): one line too
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"memsim: error: {one_line(err.strerror or err)}{where}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,7 +2,7 @@
 
 import argparse
 
-from engine.atomic import write_atomic
+from engine.atomic import output_path, write_atomic
 
 HELP = "evaluate a case list (CSV or Parquet with CONFIG.md columns)"
 EXAMPLE = "Example:\n  memsim estimate my_runs.csv -o estimates.parquet"
@@ -30,6 +30,7 @@ def write_table(table, output: str) -> None:
 def run(args) -> None:
     from engine.ask.estimate import estimate_table, read_cases
 
+    output_path(args.output)  # a path that cannot be written is refused before any work
     table = estimate_table(read_cases(args.cases))
     write_table(table, args.output)
     fits = sum(1 for v in table.column("fits").to_pylist() if v)

@@ -49,7 +49,9 @@ def measure_table(rows: list[dict], device: str) -> pa.Table:
 
 def run_measure(cases: str, output: str, device: str) -> pa.Table:
     from engine.ask.estimate import read_cases
+    from engine.atomic import output_path
 
+    output_path(output)  # a path that cannot be written is refused before any work
     table = measure_table(read_cases(cases), device)
     write_table(table, output)
     return table

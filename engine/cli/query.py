@@ -1,6 +1,7 @@
 """`memsim query` and `memsim sql`: the named questions of queries/ and ad-hoc SQL over a sweep."""
 
 import argparse
+import sys
 
 from engine.errors import UserError
 
@@ -19,6 +20,9 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["table", "csv", "json", "parquet"],
                         help="output format (default: from -o's suffix, else an aligned table)")
     parser.add_argument("-o", "--output", help="write the rows to FILE (atomically) instead of printing them")
+    parser.add_argument("--partial", action="store_true",
+                        help="answer from the complete shards of an incomplete dataset (refused otherwise); "
+                             "every output then says so")
 
 
 def add_parser(sub) -> None:
@@ -34,6 +38,9 @@ def add_parser(sub) -> None:
     p.add_argument("sql", help="one SQL statement (DuckDB dialect)")
     p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory; without it only models and gpus exist")
     add_output_flags(p)
+    p.add_argument("--read-only", action="store_true",
+                   help="read the sweep and catalogs only: no file writes, no ATTACH, no extension installs or loads "
+                        "(named queries always run so)")
     p.set_defaults(run=run_sql)
 
 
@@ -50,22 +57,51 @@ def list_queries(name: str | None) -> None:
     print("\n".join(f"{n:<{width}}  {purpose}" for n, purpose in queries))
 
 
+def open_sweep(args, read_only: bool):
+    """The connection over --sweep (complete shards only; all shards unless --partial), saying so when partial.
+    A bad -o is refused first, before any work."""
+    from engine.atomic import output_path
+    from engine.dataset.views import connect, sweep_parts
+
+    if args.output is not None:
+        output_path(args.output)
+    if args.sweep is None:
+        if args.partial:
+            raise UserError("--partial goes with --sweep DIR")
+        return connect(None, read_only=read_only)
+    parts = sweep_parts(args.sweep, partial=args.partial)
+    note(parts.note())
+    return connect(parts, read_only=read_only)
+
+
+def note(text: str) -> None:
+    if text:
+        print(f"memsim: note: {text}", file=sys.stderr)
+
+
 def run_query(args) -> None:
-    from engine.ask.queries import emit, parse_params, run_query
-    from engine.dataset.views import connect
+    from engine.ask.queries import emit, parse_params, read_query, run_query
 
     if args.list:
         return list_queries(args.name)
     if not args.name:
         raise UserError("name a query (memsim query NAME --sweep DIR), or list them with memsim query --list")
+    read_query(args.name)  # an unknown name is refused before the dataset is read
     if not args.sweep:
         raise UserError(f"query {args.name} reads a sweep: add --sweep DIR (a directory written by memsim sweep)")
     params = parse_params(args.param)
-    emit(run_query(connect(args.sweep), args.name, params), args.format, args.output)
+    con = open_sweep(args, read_only=True)
+    try:
+        emit(run_query(con, args.name, params), args.format, args.output)
+    finally:
+        con.close()
 
 
 def run_sql(args) -> None:
     from engine.ask.queries import emit, run_sql
-    from engine.dataset.views import connect
 
-    emit(run_sql(connect(args.sweep), args.sql), args.format, args.output)
+    con = open_sweep(args, read_only=args.read_only)
+    try:
+        emit(run_sql(con, args.sql), args.format, args.output)
+    finally:
+        con.close()

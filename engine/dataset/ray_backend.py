@@ -29,7 +29,7 @@ from engine.dataset.shards import (
     read_json,
     sweep_shard,
 )
-from engine.dataset.store import MANIFEST, prepare_dataset
+from engine.dataset.store import MANIFEST, check_shard_count, prepare_dataset
 from engine.errors import UserError
 from engine.inputs.grid import build_grid
 from engine.inputs.spec import load_spec
@@ -145,6 +145,7 @@ def run_ray(spec_path, out, n_shards=None, address=None, force=False, feasible_o
         n = n_shards or default_shards(ray, fs, base)
         if n < 1:
             raise UserError(f"--shards takes a number >= 1, got {n}")
+        check_shard_count(n)
         if is_local(fs):
             prepare_dataset(Path(base), grid, n, force)
         else:

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.store import (
     MANIFEST,
+    check_shard_count,
     marker_path,
     part_name,
     prepare_dataset,
@@ -109,9 +110,8 @@ def publish_shard(stage: Path, fs: pafs.FileSystem, base: str, shard: int, n_sha
     name = part_name(shard, n_shards)
     marker = marker_path(Path(""), shard, n_shards).as_posix()
     fs.create_dir(f"{base}/_shards", recursive=True)
-    for path in (f"{base}/{marker}", f"{base}/{name}"):  # a re-run replaces the shard: withdraw the old marker first
-        if fs.get_file_info(path).type == pafs.FileType.File:
-            fs.delete_file(path)
+    if fs.get_file_info(f"{base}/{marker}").type == pafs.FileType.File:  # a re-run: the old part stays until the
+        fs.delete_file(f"{base}/{marker}")  # new one is uploaded over it; only its marker is withdrawn now
     pafs.copy_files(str(stage / name), f"{base}/{name}", source_filesystem=local, destination_filesystem=fs)
     pafs.copy_files(str(stage / marker), f"{base}/{marker}", source_filesystem=local, destination_filesystem=fs)
 
@@ -148,6 +148,7 @@ def plan_shards(spec_path, n_shards: int, feasible_only=None, valid_only=None):
     """The grid and each shard's range and expected output size (sampled on up to PLAN_SAMPLES shards)."""
     if n_shards < 1:
         raise UserError(f"--plan takes a number of shards >= 1, got {n_shards}")
+    check_shard_count(n_shards)
     spec = load_spec(spec_path)
     keep = keep_mode(spec, feasible_only, valid_only)
     compression = spec.output.get("compression", "lz4")

@@ -2,16 +2,24 @@
 
 Layout of a dataset directory:
     _memsim.json                      spec digest, axes, total, shard count, memsim and catalog versions
+    _memsim.lock                      held while a sweep checks and writes the manifest
     _spec.toml                        the spec as the user wrote it
-    part-00000-of-00004.parquet       shard 0's rows (written as .tmp, renamed when complete)
-    _shards/00000-of-00004.json       shard 0's completion record: index range and row count
-A part file exists under its final name only once it is complete, and its completion record is written after
-it (both atomically), so an interrupted sweep never leaves a file that looks finished.
+    part-00000-of-00004.parquet       shard 0's rows (written as .tmp-HOST-PID, renamed when complete)
+    _shards/00000-of-00004.json       shard 0's completion record: index range, row count, spec digest
+    _shards/00000-of-00004.lock       held by the process writing shard 0
+The markers are the truth of a dataset: a part file counts only when its marker says so (engine/dataset/views.py
+reads exactly the parts the markers list). A part exists under its final name only once it is complete; a
+re-run writes its own temporary file and keeps the old part (and its marker) until the new one is renamed over
+it, so an interrupted re-run loses nothing. One process at a time writes a shard (an flock on its .lock);
+temporary names carry the host and process id, so two writers never share one.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -24,13 +32,25 @@ from engine.errors import UserError
 from engine.model import catalog
 
 MANIFEST = "_memsim.json"
+DATASET_LOCK = "_memsim.lock"
+MAX_SHARDS = 99_999  # part and marker names hold the shard numbers in 5 digits
+
+
+def check_shard_count(n: int, what: str = "shards") -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
+        raise UserError(f"the number of {what} must be from 1 to {MAX_SHARDS:,}, got {n}")
 
 
 def spec_digest(grid) -> str:
-    """What makes two shards parts of one dataset: the spec text, the catalogs and the memsim version."""
+    """What makes two shards parts of one dataset: the spec text, what its axes resolve to (a config.json's
+    content, not only its path), the catalogs and the memsim version."""
     text = grid.spec.text or json.dumps(grid.spec.axes, sort_keys=True)
-    payload = f"{text}\n{catalog.catalog_version()}\n{engine.__version__}"
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    h = hashlib.sha256(f"{text}\n{catalog.catalog_version()}\n{engine.__version__}".encode())
+    for axis in grid.axes:  # every value each axis sets, as the kernel reads it
+        h.update(json.dumps([axis.name, axis.fields, axis.labels], default=str).encode())
+        h.update(axis.words.tobytes())
+    h.update(grid.base.tobytes())
+    return h.hexdigest()[:16]
 
 
 def part_name(shard: int, n_shards: int) -> str:
@@ -41,8 +61,75 @@ def marker_path(out_dir: Path, shard: int, n_shards: int) -> Path:
     return out_dir / "_shards" / f"{shard:05d}-of-{n_shards:05d}.json"
 
 
+def lock_path(out_dir: Path, shard: int, n_shards: int) -> Path:
+    return out_dir / "_shards" / f"{shard:05d}-of-{n_shards:05d}.lock"
+
+
+def writer_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def read_manifest(out_dir: Path) -> dict | None:
+    """The dataset's manifest, None when there is none; a damaged one is one line."""
+    path = Path(out_dir) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+        int(manifest["total"]), str(manifest["spec_digest"])
+        check_shard_count(int(manifest["n_shards"]))
+    except (OSError, ValueError, KeyError, TypeError, UserError) as err:
+        raise UserError(f"{path} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a new directory, "
+                        "or with --force to replace it") from None
+    return manifest
+
+
+# --- locks ---------------------------------------------------------------------------------------------------
+
+
+class Busy(UserError):
+    """Another process holds the lock."""
+
+
+@contextlib.contextmanager
+def locked(path: Path, what: str, wait: bool = False):
+    """An exclusive flock on `path` for the block; Busy (one line, naming the holder) when another process holds
+    it and `wait` is false. A filesystem without flock (some network mounts) runs the block unlocked."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(f"cannot create the lock {path}: {err.strerror or err}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise Busy(f"{what} is being written by {holder}; wait for it to finish (or stop it), then run again") from None
+        except OSError:
+            yield  # no flock here: nothing to hold
+            return
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"memsim pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def shard_lock(out_dir: Path, shard: int, n_shards: int):
+    return locked(lock_path(out_dir, shard, n_shards), f"shard {shard}/{n_shards} of {out_dir}")
+
+
+# --- the dataset directory ------------------------------------------------------------------------------------
+
+
 def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
     """Create or join the dataset directory; refuse to mix shards of different specs."""
+    out_dir = Path(out_dir)
     manifest = {
         "memsim_version": engine.__version__,
         "catalog_version": catalog.catalog_version(),
@@ -53,25 +140,39 @@ def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
         "n_shards": n_shards,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    existing = out_dir / MANIFEST
-    if existing.exists():
-        old = json.loads(existing.read_text())
-        same = old.get("spec_digest") == manifest["spec_digest"] and old.get("n_shards") == n_shards
-        if not same and not force:
-            raise UserError(
-                f"{out_dir} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
-                f"{old.get('n_shards')} shards); use a new directory, or --force to replace it"
-            )
-        if not same:
-            clear_dataset(out_dir)
-        else:
-            manifest["created"] = old.get("created", manifest["created"])
-    elif out_dir.exists() and any(not own_entry(p.name) for p in out_dir.iterdir()) and not force:
-        raise UserError(f"{out_dir} exists and is not a memsim dataset; use a new directory or --force")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "_shards").mkdir(exist_ok=True)
-    write_text_atomic(out_dir / "_spec.toml", grid.spec.text or "")
-    write_text_atomic(existing, json.dumps(manifest, indent=2))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory: memsim sweep -o takes a directory")
+    if out_dir.is_dir() and not (out_dir / MANIFEST).exists() and not force:
+        try:
+            foreign = [p.name for p in out_dir.iterdir() if not own_entry(p.name)]
+        except OSError as err:
+            raise UserError(f"cannot read {out_dir}: {err.strerror or err}") from None
+        if foreign:
+            raise UserError(f"{out_dir} exists and is not a memsim dataset; use a new directory or --force")
+    try:
+        (out_dir / "_shards").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create {out_dir}: {err.strerror or err} ({err.filename})") from None
+    with locked(out_dir / DATASET_LOCK, f"the manifest of {out_dir}", wait=True):  # check and write as one step
+        try:
+            old = read_manifest(out_dir)
+        except UserError:
+            if not force:
+                raise
+            old = {}
+        if old is not None:
+            same = old.get("spec_digest") == manifest["spec_digest"] and old.get("n_shards") == n_shards
+            if not same and not force:
+                raise UserError(
+                    f"{out_dir} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
+                    f"{old.get('n_shards')} shards); use a new directory, or --force to replace it"
+                )
+            if not same:
+                clear_dataset(out_dir)
+            else:
+                manifest["created"] = old.get("created", manifest["created"])
+        write_text_atomic(out_dir / "_spec.toml", grid.spec.text or "")
+        write_text_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=2))
     return manifest
 
 
@@ -81,8 +182,18 @@ def own_entry(name: str) -> bool:
 
 
 def clear_dataset(out_dir: Path) -> None:
-    for p in list(out_dir.glob("part-*.parquet*")) + list(out_dir.glob("_shards/*.json")):
-        p.unlink()
+    """Remove another sweep's parts, markers and temporaries (--force); refused while any of its shards runs."""
+    with contextlib.ExitStack() as held:
+        for lock in sorted(out_dir.glob("_shards/*.lock")):
+            held.enter_context(locked(lock, f"{out_dir} (shard {lock.stem})"))
+        for p in list(out_dir.glob("part-*.parquet*")) + list(out_dir.glob("_shards/*.json")):
+            p.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(out_dir: Path, shard: int, n_shards: int) -> None:
+    """Temporaries of this shard that a killed writer left (the caller holds the shard's lock: none is live)."""
+    for p in out_dir.glob(part_name(shard, n_shards) + ".tmp*"):
+        p.unlink(missing_ok=True)
 
 
 class PartWriter:
@@ -92,17 +203,16 @@ class PartWriter:
     (dictionary pages, direct from their Arrow dictionaries); every other column is PLAIN, since the writer's
     dictionary hashing costs more per value than the compression of its long runs does; the index is delta
     encoded; statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
+
+    Until close() the shard's previous part and marker (a re-run's) stay as they are.
     """
 
     def __init__(self, out_dir: Path, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str,
                  axes: list[str]):
-        self.final = out_dir / part_name(shard, n_shards)
-        self.tmp = self.final.with_name(self.final.name + ".tmp")
-        self.marker = marker_path(out_dir, shard, n_shards)
-        if self.marker.exists():
-            self.marker.unlink()  # a re-run replaces the shard
-        if self.final.exists():
-            self.final.unlink()
+        self.out_dir = Path(out_dir)
+        self.final = self.out_dir / part_name(shard, n_shards)
+        self.tmp = self.final.with_name(f"{self.final.name}.tmp-{writer_id()}")  # this process's own
+        self.marker = marker_path(self.out_dir, shard, n_shards)
         schema = schema.with_metadata({b"memsim": json.dumps(metadata).encode()})
         self.rows = 0
         try:
@@ -110,27 +220,52 @@ class PartWriter:
                 self.tmp, schema, compression=compression, use_dictionary=axes,
                 column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
             )
-        except OSError as err:
-            raise UserError(f"cannot write {self.tmp}: {err}") from None
+        except (OSError, pa.ArrowException) as err:
+            self.tmp.unlink(missing_ok=True)
+            raise UserError(f"cannot write {self.tmp}: {first_line(err)}") from None
+
+    def failed(self, err: Exception) -> UserError:
+        self.abort()
+        return UserError(f"writing {self.final} failed ({first_line(err)}); this shard's temporary file was removed "
+                         "and any earlier complete part kept: nothing half-written is left")
 
     def write(self, table: pa.Table) -> None:
         try:
             self.writer.write_table(table)
         except OSError as err:
-            self.abort()
-            raise UserError(f"writing {self.tmp} failed ({err}); the shard was removed, nothing half-written is left") from None
+            raise self.failed(err) from None
         self.rows += table.num_rows
 
     def close(self, index_range: tuple[int, int], digest: str) -> None:
-        self.writer.close()
-        os.replace(self.tmp, self.final)
+        """Finish the file (its footer) and publish it: the old marker is withdrawn only as the new part is
+        renamed over the old one, and the new marker written right after."""
+        try:
+            self.writer.close()  # the footer: a disk that fills up now fails here
+            manifest = read_manifest(self.out_dir)
+            if manifest is not None and manifest.get("spec_digest") != digest:
+                raise UserError(f"{self.out_dir} was replaced by a sweep of another spec (--force) while this shard "
+                                "ran; nothing of it was published")
+            self.marker.unlink(missing_ok=True)
+            os.replace(self.tmp, self.final)
+        except OSError as err:
+            raise self.failed(err) from None
+        except BaseException:
+            self.abort()
+            raise
         record = {"range": list(index_range), "rows": self.rows, "spec_digest": digest, "file": self.final.name}
-        write_text_atomic(self.marker, json.dumps(record))
+        try:
+            write_text_atomic(self.marker, json.dumps(record))
+        except UserError as err:
+            raise UserError(f"{self.final} is written but its completion marker is not ({err}): re-run the shard") from None
 
     def abort(self) -> None:
         try:
             self.writer.close()
         except Exception:  # the writer may be mid-failure; the file goes either way
             pass
-        if self.tmp.exists():
-            self.tmp.unlink()
+        self.tmp.unlink(missing_ok=True)
+
+
+def first_line(err: Exception) -> str:
+    text = getattr(err, "strerror", None) or str(err)
+    return text.strip().splitlines()[0][:200] if text.strip() else type(err).__name__

@@ -14,7 +14,13 @@ import pyarrow.parquet as pq
 
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.columns import chunk_table
-from engine.dataset.store import PartWriter, prepare_dataset
+from engine.dataset.store import (
+    PartWriter,
+    check_shard_count,
+    prepare_dataset,
+    remove_stale_temporaries,
+    shard_lock,
+)
 from engine.errors import UserError
 from engine.inputs.codes import INVALID_REASONS, Invalid
 from engine.inputs.grid import build_grid
@@ -86,18 +92,25 @@ def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None,
     compression = spec.output.get("compression", "lz4")
     grid = build_grid(spec)
     k, n_shards = shard
+    check_shard_count(n_shards)
     if not 0 <= k < n_shards:
         raise UserError(f"shard {k}/{n_shards} is out of range: use K/N with 0 <= K < N")
     lo, hi = shard_range(grid.total, k, n_shards)
-    kernel = SweepKernel(grid)
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory: memsim sweep -o takes a directory")
+    kernel = SweepKernel(grid)
     need = expected_bytes(kernel, lo, hi, feasible_only, valid_only, compression)
     say(f"{hi - lo:,} configurations (shard {k}/{n_shards} of {grid.total:,}), ~{need / 2**20:,.1f} MiB expected")
     check_disk(out_dir, need, force)
     manifest = prepare_dataset(out_dir, grid, n_shards, force)
-    chunk_rows = int(spec.output.get("rows_per_chunk", chunk_rows))
-    return stream(kernel, out_dir, (lo, hi), (k, n_shards), manifest, keep_mode(feasible_only, valid_only),
-                  compression, chunk_rows, progress)
+    chunk_rows = spec.output.get("rows_per_chunk", chunk_rows)
+    if not 1 <= chunk_rows:
+        raise UserError(f"rows per chunk must be at least 1, got {chunk_rows}")
+    with shard_lock(out_dir, k, n_shards):  # one writer per shard; its temporaries are its own
+        remove_stale_temporaries(out_dir, k, n_shards)  # a killed writer's: none is live while we hold the lock
+        return stream(kernel, out_dir, (lo, hi), (k, n_shards), manifest, keep_mode(feasible_only, valid_only),
+                      compression, chunk_rows, progress)
 
 
 def check_disk(out_dir: Path, need: int, force: bool) -> None:

@@ -17,14 +17,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, read_json
-from engine.dataset.store import MANIFEST, marker_path, part_name, spec_digest
+from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, is_local, read_json
+from engine.dataset.store import MANIFEST, MAX_SHARDS, Busy, lock_path, locked, marker_path, part_name, spec_digest
 from engine.dataset.sweep import shard_range
 from engine.errors import UserError
 from engine.inputs.grid import build_grid
 from engine.inputs.spec import parse_spec
 
 VERIFY_THREADS = 8  # part files checked at once
+TMP_SUFFIX = re.compile(r"\.tmp(-[^/]*)?$")  # a temporary: .tmp, or .tmp-HOST-PID (engine/atomic.py, store.py)
 
 
 @dataclass
@@ -67,6 +68,20 @@ def list_dataset(fs, base):
     return top, markers
 
 
+def writing(fs, base: str, shard: int, n: int) -> bool:
+    """Whether a process holds the shard's lock now (a local dataset; elsewhere nothing tells)."""
+    path = lock_path(Path(base), shard, n)
+    if not is_local(fs) or not path.exists():
+        return False
+    try:
+        with locked(path, "shard"):
+            return False
+    except Busy:
+        return True
+    except UserError:
+        return False
+
+
 def check_index(pf: pq.ParquetFile, lo: int, hi: int, keep: str) -> tuple[int, list[str]]:
     """Stream the index column: strictly increasing inside [lo, hi), and all of it when every row is kept."""
     count, first, last = 0, None, lo - 1
@@ -103,6 +118,8 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
         with fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
             meta = json.loads((pf.schema_arrow.metadata or {}).get(b"memsim", b"{}"))
+            if not isinstance(meta, dict):
+                raise ValueError("its memsim metadata is not a JSON object")
             if meta.get("spec_digest") != digest:
                 say(f"the part file has spec digest {meta.get('spec_digest')}, the dataset {digest} (a shard of another spec)")
             if meta.get("shard") != check.shard or meta.get("range") != [lo, hi]:
@@ -125,27 +142,35 @@ def verify_dataset(uri: str | Path) -> Verification:
         raise UserError(f"cannot read {uri}/{MANIFEST}: {err}") from None
     if manifest is None:
         raise UserError(f"{uri} is not a memsim sweep dataset (no {MANIFEST}); run `memsim sweep SPEC -o {uri}` first")
-    total, n, digest = int(manifest["total"]), int(manifest["n_shards"]), manifest["spec_digest"]
+    try:
+        total, n, digest = int(manifest["total"]), int(manifest["n_shards"]), str(manifest["spec_digest"])
+        if total < 0 or not 1 <= n <= MAX_SHARDS:
+            raise ValueError(f"total {total}, {n} shards")
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"{uri}/{MANIFEST} is damaged (bad or missing {err}): re-sweep the dataset") from None
     shards = [ShardCheck(k, *shard_range(total, k, n)) for k in range(n)]
     top, markers = list_dataset(fs, base)
     stray, notes, halves = [], [], {}
     for name in top:
-        m = PART.match(name.removesuffix(".tmp"))
+        m = PART.match(TMP_SUFFIX.sub("", name))
         if m and int(m[2]) == n and int(m[1]) < n:
-            if name.endswith(".tmp"):
+            if TMP_SUFFIX.search(name):
                 halves[int(m[1])] = name
-        elif m or name.endswith(".tmp") or re.search(r"\.tmp-\d+$", name):
+        elif m or TMP_SUFFIX.search(name):
             stray.append(f"{name}: not a file of this {n}-shard dataset (a leftover of another layout or a killed "
                          "write); delete it")
     for name in markers:
         m = MARKER.match(name)
+        if name.endswith(".lock"):
+            continue  # a shard's lock (engine/dataset/store.py): held only while the shard is written
         if not (m and int(m[2]) == n and int(m[1]) < n):
             stray.append(f"_shards/{name}: not a marker of this {n}-shard dataset; delete it")
     complete = []
     for check in shards:
         name, mname = part_name(check.shard, n), marker_path(Path(""), check.shard, n).name
         if check.shard in halves:
-            check.problems.append(f"{halves[check.shard]} is half-written (the shard was killed mid-write, or is still running)")
+            state = "is still running" if writing(fs, base, check.shard, n) else "was killed mid-write"
+            check.problems.append(f"{halves[check.shard]} is half-written (the shard {state})")
         if name not in top and mname not in markers:
             check.problems.append("missing: no part file, no completion marker")
         elif name not in top:

@@ -26,6 +26,8 @@ def _read_json(path: Path) -> dict:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply to be a config.json") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     return cfg
@@ -61,9 +63,14 @@ def model_from_hf_config(path) -> dict:
         path = path / "config.json"
     cfg = _read_json(path)
     model_type = cfg.get("model_type")
-    mapper = MAPPERS.get(model_type)
+    mapper = MAPPERS.get(model_type) if isinstance(model_type, str) else None
     if mapper is None:
         raise UserError(
             f"{path}: unsupported model_type {model_type!r} — supported: {', '.join(sorted(MAPPERS))}"
         )
-    return mapper(_Reader(cfg, path)) | {"family": model_type, "arch": "decoder"}
+    try:
+        fields = mapper(_Reader(cfg, path))
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as err:
+        raise UserError(f"{path}: a value of the wrong type or range for model_type {model_type!r} "
+                        f"({type(err).__name__}: {str(err)[:120]})") from None  # what the typed reader does not check
+    return fields | {"family": model_type, "arch": "decoder"}
