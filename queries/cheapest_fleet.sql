@@ -4,7 +4,9 @@
 --          $tokens   DOUBLE   tokens to train, for the days and dollars columns (default 1e12)
 --          $rank_by  VARCHAR  row order within a model and method: usd_per_hour, cost ($/Mtok) or time (default usd_per_hour)
 -- returns: one row per (model, method, gpu) with a fitting configuration:
---          price_rank, min_gpus, nodes, usd_per_gpu_hour, fleet_usd_per_hour (the smallest fleet that fits, by its $/h);
+--          price_rank, min_gpus, nodes (of gpus_per_node GPUs, the instance the price rents), usd_per_gpu_hour,
+--          fleet_usd_per_hour (the smallest fleet that fits, by its $/h: min_gpus x $/GPU-hour),
+--          nodes_usd_per_hour (what renting its whole nodes costs: nodes x gpus_per_node x $/GPU-hour);
 --          cost_rank, usd_per_mtok and the layout with the fewest $ per million tokens (cost_layout, cost_n_gpus),
 --          the days and $ it takes to train $tokens (cost_days, cost_usd);
 --          time_rank and the fastest layout for $tokens (fast_layout, fast_n_gpus, fast_days, fast_usd);
@@ -48,6 +50,8 @@ priced AS (
         ceil(f.min_gpus / g.gpus_per_node)::BIGINT                          AS nodes,
         g.usd_per_hour                                                      AS usd_per_gpu_hour,
         f.min_gpus * g.usd_per_hour                                         AS fleet_usd_per_hour,
+        g.gpus_per_node,
+        ceil(f.min_gpus / g.gpus_per_node) * g.gpus_per_node * g.usd_per_hour AS nodes_usd_per_hour,
         g.price_source,
         g.price_date
     FROM fleets AS f
@@ -78,8 +82,10 @@ SELECT
     price_rank,
     min_gpus,
     nodes,
+    gpus_per_node,
     usd_per_gpu_hour,
     fleet_usd_per_hour,
+    nodes_usd_per_hour,
     cost_rank,
     usd_per_mtok,
     cost_layout,

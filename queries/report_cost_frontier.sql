@@ -3,8 +3,8 @@
 --          $tokens   DOUBLE   tokens to train (default 1e12)
 -- returns: one row per (model, method, gpu, n_gpus) with a priced GPU and a fitting layout of known speed: model_label
 --          (key and size), n_params, tokens (= $tokens), days and usd (to train them), usd_per_mtok, tokens_per_gpu_s, layout,
---          on_frontier (no other GPU type or count is both as fast and as cheap, one of them strictly). Same grain
---          and frontier as time_to_train.sql.
+--          on_frontier (no other GPU type or count is both as fast and as cheap, one of them strictly), price_source
+--          and price_date (the catalog's price and when it was read). Same grain and frontier as time_to_train.sql.
 WITH fastest AS (
     SELECT
         model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu, n_gpus,
@@ -42,7 +42,10 @@ SELECT
     t.usd_per_mtok,
     t.tokens_per_gpu_s,
     t.layout,
-    t.cheapest_faster IS NULL OR t.usd < t.cheapest_faster                  AS on_frontier
+    t.cheapest_faster IS NULL OR t.usd < t.cheapest_faster                  AS on_frontier,
+    g.price_source,
+    g.price_date
 FROM timed AS t
 LEFT JOIN models AS m USING (model)
+LEFT JOIN gpus AS g USING (gpu)
 ORDER BY m.n_params NULLS LAST, t.model, method, t.days, t.gpu, t.n_gpus;

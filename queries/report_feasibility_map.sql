@@ -1,9 +1,24 @@
--- Heat-map cells for one training method: per GPU type, model (with its size) and GPU count, whether any layout fits and the best headroom.
+-- Heat-map cells for one training method: per GPU type, model (with its size) and GPU count, whether any layout fits and the most memory to spare.
 -- params:  $method   VARCHAR  training method (as queries name it), or NULL for any
 --          $seq_len  BIGINT   tokens per sample, or NULL for any swept length
 -- returns: one row per (gpu, model, n_gpus) with a valid layout: model_label (key and size), n_params, capacity_gib,
---          any_fits, fitting (count), best_headroom_gib (most memory free at the peak; NULL when none fits),
---          least_miss_gib (how far the closest layout is over the usable bytes, capacity * (1 - headroom); NULL when one fits)
+--          any_fits, fitting (count), best_spare_gib (the most memory to spare at the peak beyond the headroom kept
+--          free, usable - device peak; NULL when none fits), least_miss_gib (how far the closest layout is over the
+--          usable bytes, capacity * (1 - headroom); NULL when one fits)
+WITH cells AS (
+    SELECT
+        gpu, model, n_gpus,
+        min(capacity_bytes)                                                 AS capacity_bytes,
+        bool_or(fits)                                                       AS any_fits,
+        count(*) FILTER (WHERE fits)                                        AS fitting,
+        max(usable_bytes - device_peak_bytes) FILTER (WHERE fits)           AS best_spare_bytes,
+        min(device_peak_bytes - usable_bytes)                               AS least_miss_bytes
+    FROM sweep
+    WHERE valid
+      AND ($seq_len IS NULL OR seq_len = $seq_len)
+      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
+    GROUP BY ALL
+)
 SELECT
     c.gpu,
     c.model,
@@ -14,8 +29,8 @@ SELECT
     c.capacity_bytes / 2^30                                                 AS capacity_gib,
     c.any_fits,
     c.fitting,
-    c.best_headroom_bytes / 2^30                                            AS best_headroom_gib,
+    c.best_spare_bytes / 2^30                                               AS best_spare_gib,
     CASE WHEN NOT c.any_fits THEN c.least_miss_bytes / 2^30 END             AS least_miss_gib
-FROM feasibility_cells($seq_len, $method) AS c
+FROM cells AS c
 LEFT JOIN models AS m USING (model)
 ORDER BY c.gpu, m.n_params NULLS LAST, c.model, c.n_gpus;

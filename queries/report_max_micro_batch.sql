@@ -2,8 +2,9 @@
 -- params:  $method  VARCHAR  training method (as queries name it), or NULL for any
 --          $model   VARCHAR  model key
 -- returns: one row per (model, gpu, n_gpus, seq_len) with a valid layout: max_micro_batch (NULL when nothing fits),
---          tokens_per_gpu (max_micro_batch * seq_len), and at that micro-batch the layout with the most headroom
---          (tp, pp, zero_stage, checkpointing, device_peak_gib, headroom_gib)
+--          top_micro_batch (the largest micro-batch the sweep tried: a cell at it may fit a larger one),
+--          tokens_per_gpu (max_micro_batch * seq_len), and at that micro-batch the layout with the most memory to
+--          spare (tp, pp, zero_stage, checkpointing, device_peak_gib, spare_gib = usable - device peak)
 WITH layouts AS (
     SELECT *
     FROM sweep
@@ -15,10 +16,10 @@ cells AS (
     SELECT
         model, gpu, n_gpus, seq_len,
         max(micro_batch) FILTER (WHERE fits)                                AS max_micro_batch,
-        -- largest fitting micro-batch first, then the most free memory
+        -- largest fitting micro-batch first, then the most memory to spare
         arg_max({'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
-                 'device_peak_bytes': device_peak_bytes, 'headroom_bytes': capacity_bytes - device_peak_bytes},
-                (micro_batch, capacity_bytes - device_peak_bytes, -index)) FILTER (WHERE fits) AS best
+                 'device_peak_bytes': device_peak_bytes, 'spare_bytes': usable_bytes - device_peak_bytes},
+                (micro_batch, usable_bytes - device_peak_bytes, -index)) FILTER (WHERE fits) AS best
     FROM layouts
     GROUP BY ALL
 )
@@ -28,9 +29,10 @@ SELECT
     n_gpus,
     seq_len,
     max_micro_batch,
+    (SELECT max(micro_batch) FROM layouts)                                  AS top_micro_batch,
     max_micro_batch * seq_len                                               AS tokens_per_gpu,
     best.tp, best.pp, best.zero_stage, best.checkpointing,
     best.device_peak_bytes / 2^30                                           AS device_peak_gib,
-    best.headroom_bytes / 2^30                                              AS headroom_gib
+    best.spare_bytes / 2^30                                                 AS spare_gib
 FROM cells
 ORDER BY model, gpu, n_gpus, seq_len;

@@ -35,3 +35,15 @@ def heading(module: ModuleType) -> tuple[str, str]:
     title = lines[0] if lines else short_name(module)
     body = " ".join(line for line in lines[1:] if line and set(line) != {"-"})
     return title, body
+
+
+def price_basis(rows) -> str:
+    """Where the prices of these rows come from, in words: 'CoreWeave on-demand, read 2026-09-20' (each provider
+    with its dates; a catalog price_source reads '<provider>, <instance>, ..., read <date> (...)')."""
+    if "price_source" not in rows.columns:
+        return ""
+    found: dict[str, set] = {}
+    for source, date in rows.select("price_source", "price_date").unique().iter_rows():
+        if source:
+            found.setdefault(source.split(",")[0].strip(), set()).add(str(date))
+    return "; ".join(f"{provider}, read {', '.join(sorted(dates))}" for provider, dates in sorted(found.items()))

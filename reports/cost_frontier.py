@@ -7,6 +7,8 @@ For each model, what training a fixed number of tokens costs against how long it
 import altair as alt
 import polars as pl
 
+from reports import price_basis
+
 POSITION = 4
 QUERY = "report_cost_frontier"
 PARAMS = {"method": "method"}
@@ -45,6 +47,7 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
             alt.Tooltip("tokens_per_gpu_s:Q", format=",.0f", title="tokens/s per GPU"),
             alt.Tooltip("layout:N", title="fastest layout"),
             alt.Tooltip("on_frontier:N", title="on the frontier"),
+            alt.Tooltip("price_source:N", title="price source"),
         ],
     )
     dots = base.mark_point(filled=True, size=40, opacity=0.35)
@@ -52,7 +55,8 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
     line = frontier.mark_line(color="#444", strokeWidth=1.5).encode(alt.Order("days:Q"), color=alt.value("#444"))
     best = frontier.mark_point(filled=True, size=90, stroke="#222", strokeWidth=0.8)
     labels = frontier.mark_text(align="left", dx=7, dy=-6, fontSize=10).encode(alt.Text("fleet:N"), color=alt.value("#333"))
+    title = alt.Title(f"Cost and time to train {tokens} tokens", subtitle=f"Prices: {price_basis(rows)} (data/gpus.toml)")
     return (line + dots + best + labels).properties(width=520, height=240).facet(
         row=alt.Row("model_label:N").sort(alt.EncodingSortField("n_params", op="max")).title(None)
         .header(labelAngle=0, labelAlign="left")
-    ).resolve_scale(x="independent", y="independent")
+    ).resolve_scale(x="independent", y="independent").properties(title=title)

@@ -1,7 +1,7 @@
 """
 What fits where
 ---------------
-Which models train at each GPU count on each GPU type: green cells fit (darker: more memory free at the peak, in GiB), grey cells fit in no swept layout.
+Which models train at each GPU count on each GPU type: green cells fit (darker: more memory to spare at the peak beyond the headroom kept free, in GiB), grey cells fit in no swept layout.
 """
 
 import altair as alt
@@ -10,6 +10,7 @@ import polars as pl
 POSITION = 1
 QUERY = "report_feasibility_map"
 PARAMS = {"method": "method"}
+SPARE = "most to spare (GiB)"  # usable - device peak: what explain calls "to spare" (headroom is the share kept free)
 
 
 def chart(rows: pl.DataFrame) -> alt.FacetChart:
@@ -28,14 +29,14 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         tooltip=[*where, alt.Tooltip("least_miss_gib:Q", format=",.3f", title="closest layout over usable memory (GiB)")]
     )
     fits = base.mark_rect().transform_filter("datum.any_fits").encode(
-        alt.Color("best_headroom_gib:Q").scale(scheme="greens").title("best headroom (GiB)"),
+        alt.Color("best_spare_gib:Q").scale(scheme="greens").title(SPARE),
         tooltip=[*where, alt.Tooltip("fitting:Q", format=",", title="layouts that fit"),
-                 alt.Tooltip("best_headroom_gib:Q", format=",.3f", title="best headroom (GiB)")],
+                 alt.Tooltip("best_spare_gib:Q", format=",.3f", title=SPARE)],
     )
-    dark = 0.55 * (rows["best_headroom_gib"].max() or 0)  # white text on the darker half of the colour scale
+    dark = 0.55 * (rows["best_spare_gib"].max() or 0)  # white text on the darker half of the colour scale
     labels = base.mark_text(fontSize=8).transform_filter("datum.any_fits").encode(
         alt.Text("fitting:Q", format=","),
-        color=alt.condition(f"datum.best_headroom_gib > {dark:.6g}", alt.value("white"), alt.value("black")),
+        color=alt.condition(f"datum.best_spare_gib > {dark:.6g}", alt.value("white"), alt.value("black")),
     )
     cells = (misses + fits + labels).properties(width=alt.Step(26), height=alt.Step(18))
     return cells.facet(alt.Facet("gpu:N").title("GPU type (cell text: layouts that fit)"), columns=3)

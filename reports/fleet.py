@@ -7,6 +7,8 @@ For each model, the GPU types ranked by the fewest GPUs that train it (left) and
 import altair as alt
 import polars as pl
 
+from reports import price_basis
+
 POSITION = 3
 QUERY = "cheapest_fleet"
 PARAMS = {}  # cheapest_fleet.sql returns every method; the report keeps the rows of the one it shows
@@ -18,6 +20,9 @@ TOOLTIP = [
     alt.Tooltip("nodes:Q", format=",", title="nodes"),
     alt.Tooltip("usd_per_gpu_hour:Q", format="$,.3f", title="$/GPU-hour"),
     alt.Tooltip("fleet_usd_per_hour:Q", format="$,.2f", title="fleet $/h"),
+    alt.Tooltip("nodes_usd_per_hour:Q", format="$,.2f", title="its whole nodes $/h"),
+    alt.Tooltip("price_source:N", title="price source"),
+    alt.Tooltip("price_date:N", title="price date"),
 ]
 
 
@@ -56,4 +61,7 @@ def ranked(rows: pl.DataFrame, field: str, title: str, label: str, base: int) ->
 def chart(rows: pl.DataFrame) -> alt.HConcatChart:
     gpus = ranked(rows, "min_gpus", "fewest GPUs that fit (GPUs, log scale)", ",", base=2)
     cost = ranked(rows, "fleet_usd_per_hour", "that fleet's price ($/h, log scale)", "$,.0f", base=10)
-    return alt.hconcat(gpus, cost)
+    basis = price_basis(rows)
+    prices = f"Prices: {basis} (data/gpus.toml price_source); fleet $/h = GPUs x $/GPU-hour" if basis \
+        else "No GPU type here has a catalog price"
+    return alt.hconcat(gpus, cost).properties(title=alt.Title("Fewest GPUs and their price", subtitle=prices))

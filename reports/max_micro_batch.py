@@ -1,7 +1,7 @@
 """
 Largest micro-batch that fits
 -----------------------------
-For one model, the largest micro-batch (samples per GPU) that fits on each GPU type at each GPU count and sequence length; grey cells fit no micro-batch.
+For one model, the largest micro-batch (samples per GPU) that fits on each GPU type at each GPU count and sequence length; grey cells fit no micro-batch, and a cell marked "+" fits the largest micro-batch the sweep tried, so a larger one may fit too.
 """
 
 import altair as alt
@@ -10,9 +10,20 @@ import polars as pl
 POSITION = 6
 QUERY = "report_max_micro_batch"
 PARAMS = {"method": "method", "model": "model"}
+LEGEND = "largest micro-batch (samples)"
+
+
+def labelled(rows: pl.DataFrame) -> pl.DataFrame:
+    """Each cell's label: the micro-batch, with '+' where it is the sweep's largest (the sweep, not the memory,
+    stopped it)."""
+    capped = pl.col("max_micro_batch") == pl.col("top_micro_batch")
+    text = pl.col("max_micro_batch").cast(pl.String)
+    return rows.with_columns(capped=capped.fill_null(False), label=pl.when(capped).then(text + "+").otherwise(text))
 
 
 def chart(rows: pl.DataFrame) -> alt.FacetChart:
+    rows = labelled(rows)
+    top = rows["top_micro_batch"][0]
     base = alt.Chart().encode(
         alt.X("n_gpus:O").title("GPUs (count)"),
         alt.Y("gpu:N").title("GPU type"),
@@ -20,21 +31,27 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
     where = [alt.Tooltip("gpu:N", title="GPU type"), alt.Tooltip("n_gpus:Q", title="GPUs"),
              alt.Tooltip("seq_len:Q", format=",", title="sequence (tokens)")]
     none_fit = base.mark_rect(color="#d9d9d9").transform_filter("datum.max_micro_batch == null").encode(tooltip=where)
+    legend = alt.Legend(labelExpr=f"datum.value == {top} ? datum.label + '+' : datum.label")
     cells = base.mark_rect().transform_filter("datum.max_micro_batch != null").encode(
-        alt.Color("max_micro_batch:O").scale(scheme="blues").title("largest micro-batch (samples)"),
+        alt.Color("max_micro_batch:O").scale(scheme="blues").legend(legend).title(LEGEND),
         tooltip=[
             *where,
-            alt.Tooltip("max_micro_batch:Q", title="largest micro-batch (samples)"),
+            alt.Tooltip("label:N", title=LEGEND),
             alt.Tooltip("tokens_per_gpu:Q", format=",", title="tokens per GPU per micro-step"),
             alt.Tooltip("tp:Q", title="tensor parallel"),
             alt.Tooltip("pp:Q", title="pipeline parallel"),
             alt.Tooltip("zero_stage:Q", title="ZeRO stage"),
             alt.Tooltip("checkpointing:N", title="recompute"),
             alt.Tooltip("device_peak_gib:Q", format=",.3f", title="device peak (GiB)"),
-            alt.Tooltip("headroom_gib:Q", format=",.3f", title="headroom (GiB)"),
+            alt.Tooltip("spare_gib:Q", format=",.3f", title="to spare (GiB)"),
         ],
     )
-    labels = base.mark_text(fontSize=9).transform_filter("datum.max_micro_batch != null").encode(alt.Text("max_micro_batch:Q"))
+    labels = base.mark_text(fontSize=9).transform_filter("datum.max_micro_batch != null").encode(
+        alt.Text("label:N"),
+        color=alt.condition("datum.capped", alt.value("white"), alt.value("black")),
+    )
+    subtitle = (f"{top}+: the sweep's largest micro-batch ({top}) fits; larger ones were not swept"
+                if rows["capped"].any() else f"the sweep tried micro-batches up to {top}")
     return alt.layer(none_fit, cells, labels, data=rows).properties(width=alt.Step(24), height=alt.Step(18)).facet(
         alt.Facet("seq_len:O").title("sequence length (tokens)"), columns=3
-    ).properties(title=f"{rows['model'][0]}")
+    ).properties(title=alt.Title(f"{rows['model'][0]}", subtitle=subtitle))

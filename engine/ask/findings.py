@@ -3,6 +3,7 @@
 import polars as pl
 
 from engine.ask.sections import Runner, of_method
+from reports import price_basis
 
 COMPONENT_WORDS = {"temp": "temporaries", "grads": "gradients", "optimizer": "optimizer states"}
 
@@ -13,18 +14,19 @@ def layout_words(r: dict) -> str:
             f"micro-batch {r['micro_batch']}, {r['seq_len']:,} tokens")
 
 
-def either(names: list[str], shown: int = 3) -> str:
-    """'a', 'a or b', 'a, b or c', 'a, b, c or 2 other GPU types'."""
+def either(names: list[str], shown: int = 3, joint: str = "or", noun: str = "GPU type") -> str:
+    """'a', 'a or b', 'a, b or c', 'a, b, c or 2 other GPU types' (joint 'and': 'a, b and c')."""
     if len(names) > shown:
-        names = names[:shown] + [f"{len(names) - shown} other GPU type{'s' if len(names) - shown > 1 else ''}"]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        names = names[:shown] + [f"{len(names) - shown} other {noun}{'s' if len(names) - shown > 1 else ''}"]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {joint} {names[-1]}"
 
 
 def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def findings(run: Runner, s: dict, total: int, picks: dict | None) -> list[str]:
+def findings(run: Runner, s: dict, total: int, methods: pl.DataFrame, charted: list[str]) -> list[str]:
+    """What the whole sweep found; each charted method's own findings come from method_findings."""
     kept = "" if s["configurations"] >= total else (
         f" (the dataset keeps {s['configurations']:,} of {total:,} swept configurations: only valid or fitting rows were written)")
     if s["configurations"] == 0:
@@ -39,14 +41,34 @@ def findings(run: Runner, s: dict, total: int, picks: dict | None) -> list[str]:
                 f"{cells['model']} on {cells['n_gpus']} × {cells['gpu']}, {cells['least_miss_gib']:,.1f} GiB over the usable memory."]
     lines = [f"{s['fit']:,} of {s['valid']:,} valid configurations fit ({s['fit_share']:.1%}), across {s['models']} models "
              f"and {s['gpus']} GPU types{kept}; {s['models_that_fit']} models fit on at least one GPU type."]
-    if picks["n_methods"] > 1:
-        lines.append(f"The sweep covers {picks['n_methods']} training methods; the charts show {picks['method']}, the one with "
-                     "the most fitting configurations (memsim report --method chooses another).")
-    lines += model_findings(run, picks["method"], s["max_n_gpus"])
+    lines.append(methods_finding(methods, charted))
     lines.append(bottleneck_finding(run("bottlenecks")))
+    return [line for line in lines if line]
+
+
+def methods_finding(methods: pl.DataFrame, charted: list[str]) -> str:
+    """Which training methods the charts are drawn for, and which not (none fits, or past the limit)."""
+    if methods.height < 2:
+        return ""
+    unfit = methods.filter(pl.col("fit") == 0)["method"].to_list()
+    left = [m for m in methods.filter(pl.col("fit") > 0)["method"].to_list() if m not in charted]
+    line = f"The sweep covers {methods.height} training methods; the charts are drawn for {either(charted, len(charted), 'and')}"
+    if left:
+        kinds = ", ".join(methods.filter(pl.col("method").is_in(charted))["kind"].unique(maintain_order=True))
+        line += (f" (the most fitting of each kind: {kinds}); not charted: {either(left, 3, 'and', 'method')} "
+                 "(memsim report --method draws one)")
+    if unfit:
+        line += f"; nothing fits with {either(unfit, 3, 'or', 'method')}"
+    return line + "."
+
+
+def method_findings(run: Runner, method: str, max_n_gpus: int, picks: dict) -> list[str]:
+    """One training method: each model's fewest GPUs and cheapest fleet, with the price basis, and what the
+    single-model charts show."""
+    lines = model_findings(run, method, max_n_gpus)
     lines.append(f"Single-model charts show {picks['model']} on {picks['gpu']} (the median-size model on the median-memory "
                  "GPU type among those that fit the most models; memsim report --model/--gpu chooses others).")
-    return [line for line in lines if line]
+    return lines
 
 
 def model_findings(run: Runner, method: str, max_n_gpus: int) -> list[str]:
@@ -67,7 +89,15 @@ def model_findings(run: Runner, method: str, max_n_gpus: int) -> list[str]:
         if not cheap.is_empty():
             c = cheap.row(0, named=True)
             line += f"; the cheapest priced fleet is {c['min_gpus']:,} × {c['gpu']} at ${c['fleet_usd_per_hour']:,.2f}/h"
+            if c["nodes_usd_per_hour"] > c["fleet_usd_per_hour"] + 0.005:  # part of a node: it rents whole
+                line += (f" ({c['nodes']:,} whole {c['gpus_per_node']}-GPU node{'s' if c['nodes'] > 1 else ''}: "
+                         f"${c['nodes_usd_per_hour']:,.2f}/h)")
         lines.append(line + ".")
+    basis = price_basis(fleets.filter(pl.col("usd_per_gpu_hour").is_not_null()))
+    if basis:
+        one = "" if ";" in basis else ", one source for every priced GPU type"
+        lines.append(f"Prices: {basis}{one} (data/gpus.toml price_source); "
+                     "a fleet's $/h is its GPUs times the $/GPU-hour.")
     unpriced = sorted(set(fleets.filter(pl.col("usd_per_gpu_hour").is_null())["gpu"].to_list()))
     if unpriced:
         lines.append(f"No catalog price for {', '.join(unpriced)}: fleets of these are left out of the cost ranking.")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import engine
-from engine.ask.sections import Report, Section
+from engine.ask.sections import Part, Report, Section
 from engine.atomic import write_atomic
 
 EMBED_OPTIONS = {"renderer": "svg", "actions": {"export": True, "source": False, "compiled": False, "editor": False}}
@@ -24,8 +24,10 @@ def render_html(report: Report) -> str:
     bundle = vl_convert.javascript_bundle(vl_version=vl_version())
     specs = {s.name: s.chart.to_dict() for s in report.sections if s.chart is not None}
     esc = html.escape
-    findings_html = "".join(f"<li>{esc(line)}</li>" for line in report.findings)
-    sections_html = "".join(section_html(s) for s in report.sections) or (
+    one = len(report.parts) == 1  # one method: its findings join the sweep's, no heading of its own
+    said = report.findings + (report.parts[0].findings if one else [])
+    findings_html = "".join(f"<li>{esc(line)}</li>" for line in said)
+    sections_html = "".join(part_html(p, k, heading=not one) for k, p in enumerate(report.parts, 1)) or (
         '<p class="empty">No charts: there is no fitting configuration to draw.</p>')
     partial = getattr(report, "partial", "")
     banner = f'<p class="partial" id="partial">{esc(partial)}</p>' if partial else ""
@@ -35,6 +37,18 @@ def render_html(report: Report) -> str:
         sections=sections_html, bundle=bundle, specs=script_json(specs), options=script_json(EMBED_OPTIONS),
         style=STYLE_CSS, handlers=ERROR_HANDLERS, embed=EMBED_SCRIPT,
     )
+
+
+def part_html(part: Part, k: int, heading: bool) -> str:
+    """One training method's charts; with several methods, under a heading with the method's own findings."""
+    esc = html.escape
+    note = f'<p class="note">{esc(part.note)}</p>' if part.note else ""
+    body = note + "".join(section_html(s) for s in part.sections)
+    if not heading:
+        return body
+    said = "".join(f"<li>{esc(line)}</li>" for line in part.findings)
+    return (f'<section class="method" id="method-{k}" data-method="{esc(part.method)}">'
+            f'<h2 class="method">Training method: {esc(part.method)}</h2><ul class="findings">{said}</ul>{body}</section>\n')
 
 
 def section_html(s: Section) -> str:
@@ -74,6 +88,8 @@ def export_charts(report: Report, html_path: Path, fmt: str) -> list[Path]:
 STYLE_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em}.meta,.shows{color:#666;font-size:.9em}
 .note,.empty{background:#fff4e5;padding:.6em 1em;border-left:4px solid #f0a030}
+h2.method{font-size:1.4em;margin-top:2.5em;padding-top:.6em;border-top:3px solid #444}
+.vis{max-width:100%}.vis .vega-embed{max-width:100%}.vis svg{max-width:100%;height:auto}
 pre{background:#f6f6f6;padding:1em;overflow:auto}
 .partial{background:#fde7ea;color:#8a0015;font-weight:bold;padding:.8em 1em;border-left:6px solid #b00020}#js-errors{color:#b00020;background:#fde7ea}"""
 
@@ -94,7 +110,17 @@ EMBED_SCRIPT = """Promise.allSettled(Object.keys(MEMSIM_SPECS).map(function (nam
   return vegaEmbed('#vis-' + name, MEMSIM_SPECS[name], MEMSIM_OPTIONS)
     .then(function () { section.dataset.rendered = 'ok'; })
     .catch(function (err) { section.dataset.rendered = 'error'; memsimError(name + ': ' + err); });
-})).then(function () { document.body.dataset.chartsDone = 'true'; });"""
+})).then(function () {
+  // a chart is scaled down to its column (CSS max-width), never cut off: say whether each one fits the window
+  var width = document.documentElement.clientWidth;
+  Object.keys(MEMSIM_SPECS).forEach(function (name) {
+    var svg = document.querySelector('#vis-' + name + ' svg');
+    var box = svg && svg.getBoundingClientRect();
+    document.getElementById('chart-' + name).dataset.fitsWindow = String(!!box && box.left >= 0 && box.right <= width);
+  });
+  document.body.dataset.pageWidth = String(document.documentElement.scrollWidth) + '/' + String(width);
+  document.body.dataset.chartsDone = 'true';
+});"""
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">

@@ -20,13 +20,27 @@ class Section:
 
 
 @dataclass
+class Part:
+    """The charts of one training method, with what the report found for it."""
+
+    method: str
+    findings: list[str]
+    sections: list[Section]
+    note: str = ""  # why there are no charts (the chosen model or GPU does not fit with this method)
+
+
+@dataclass
 class Report:
     title: str
     spec_text: str
     created: str
     generated: str
-    findings: list[str]
-    sections: list[Section]
+    findings: list[str]  # about the whole sweep; each part holds its method's
+    parts: list[Part]
+
+    @property
+    def sections(self) -> list[Section]:
+        return [s for part in self.parts for s in part.sections]
 
 
 class Runner:
