@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from engine.cli import build_parser, main
+from engine.cli import COMMANDS, build_parser, main
 
 LAUNCH = ["explain", "--model", "llama-2-13b", "--gpu", "a100-sxm-80gb", "--n-gpus", "8", "--zero-stage", "3",
           "--checkpointing", "full", "--precision", "amp_bf16", "--micro-batch", "4"]
@@ -24,6 +24,38 @@ def test_every_subcommand_has_help_with_an_example():
         assert p.epilog and "Example:" in p.epilog, name
 
 
+@pytest.mark.parametrize("command", [c.__name__.rsplit(".", 1)[-1] for c in COMMANDS])
+def test_every_subcommand_help_prints(capsys, command):
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0 and "Example:" in capsys.readouterr().out
+
+
+def test_gpu_memory_takes_a_unit_and_sets_capacity_bytes(capsys):
+    for given, capacity in (("48GiB", 48 * 2**30), ("80GB", 80 * 10**9), ("24576 MiB", 24 * 2**30)):
+        code, out, err = run(capsys, "explain", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--gpu-memory", given, "--json")
+        r = json.loads(out)
+        assert code == 0 and r["outputs"]["capacity_bytes"] == capacity, err
+        assert f"rtx-4090 resized to {capacity / 2**30:.1f} GiB" in r["summary"]
+    assert json.loads(run(capsys, "explain", "--capacity-bytes", "24GiB", "--json")[1])["outputs"]["capacity_bytes"] == 24 * 2**30
+    for argv, needle in ((["--gpu-memory", "24G"], "takes a size such as 24GiB"),
+                         (["--gpu-memory", "24GiB", "--capacity-bytes", "1"], "give one"),
+                         (["--gpu-memory", "0GB"], "more than 0")):
+        code, _, err = run(capsys, "explain", *argv)
+        assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_explain_json_outputs_are_the_columns_estimate_writes(capsys):
+    from engine.ask.estimate import estimate_table
+
+    case = dict(zip(LAUNCH[1::2], LAUNCH[2::2]))
+    want = estimate_table([{k.removeprefix("--").replace("-", "_"): v for k, v in case.items()}]).to_pylist()[0]
+    outputs = json.loads(run(capsys, *LAUNCH, "--json")[1])["outputs"]
+    assert outputs == {k: want[k] for k in outputs}
+    assert outputs["peak_phase"] in ("forward", "backward", "optimizer") and outputs["fits"] is True
+    assert outputs["invalid_reason"] is None and isinstance(outputs["bottleneck"], str)
+
+
 def test_explain_prints_the_breakdown_and_verdict(capsys):
     code, out, _ = run(capsys, *LAUNCH)
     assert code == 0
@@ -33,14 +65,14 @@ def test_explain_prints_the_breakdown_and_verdict(capsys):
 
 
 def test_explain_json_components_add_up_to_the_device_peak(capsys):
-    code, out, _ = run(capsys, *LAUNCH, "--json")
+    _, out, _ = run(capsys, *LAUNCH, "--json")
     r = json.loads(out)
     assert sum(r["breakdown_bytes"].values()) == r["outputs"]["device_peak_bytes"]
     assert r["margin_bytes"] == r["usable_bytes"] - r["outputs"]["device_peak_bytes"]
 
 
 def test_explain_suggests_changes_that_make_it_fit(capsys):
-    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--n-gpus", "8",
+    _, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--n-gpus", "8",
                        "--micro-batch", "8", "--seq-len", "8192", "--json")
     r = json.loads(out)
     assert not r["fits"] and r["plan"][-1]["fits"]
@@ -81,7 +113,7 @@ def test_explain_suggests_a_recipe_knob_only_when_it_lowers_the_peak():
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
+    code, _, err = run(capsys, *argv)
     assert code == 2
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 
+from engine.dataset.columns import output_columns
 from engine.errors import UserError
 from engine.inputs.codes import (
     INVALID_REASONS,
@@ -22,9 +23,10 @@ from engine.inputs.codes import (
 )
 from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import INPUTS, RECORD
+from engine.model import catalog
 from engine.model.kernel import evaluate
 from engine.model.levels import host_ram_per_gpu
-from engine.model.outputs import OUTPUTS
+from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
 
@@ -73,6 +75,14 @@ def evaluate_case(case: dict) -> dict:
     rec, model, gpu = resolve_case(case)
     out = evaluate(np.array([rec], dtype=RECORD))
     return {"record": rec, "model": model, "gpu": gpu, **{n: python_value(v[0]) for n, v in out.items()}}
+
+
+def named_outputs(result: dict) -> dict:
+    """Every output column as `memsim estimate` and a sweep's Parquet hold it: categories by name (peak_phase,
+    bottleneck, invalid_reason), fits and valid as booleans, NULL as None."""
+    arrays = {k: np.array([np.nan if result[k] is None else result[k]], dtype=np.float64 if k in TIME_COLUMNS
+                          else np.int64) for k in OUTPUTS}
+    return {k: column.to_pylist()[0] for k, column in output_columns(arrays).items()}
 
 
 def breakdown(result: dict) -> list[tuple[str, int]]:
@@ -181,8 +191,13 @@ def summary_line(result: dict) -> str:
         method.append(f"{name_of(Ckpt(rec.checkpointing))} recompute")
     if rec.lora_rank:
         method.append(f"LoRA r={rec.lora_rank}")
+    if rec.base_quant:
+        method.append(f"{name_of(INPUTS['base_quant'].kind(rec.base_quant))} base")
+    gpu = result["gpu"]
+    if rec.capacity_bytes != catalog.resolve_gpu(gpu)["hbm_bytes"]:  # --gpu-memory: a card the catalog lacks
+        gpu += f" resized to {rec.capacity_bytes / GIB:.1f} GiB"
     return (
-        f"{result['model']} ({param_count(rec) / 1e9:.2f}B params) on {rec.n_gpus} x {result['gpu']} ({layout}); "
+        f"{result['model']} ({param_count(rec) / 1e9:.2f}B params) on {rec.n_gpus} x {gpu} ({layout}); "
         f"{', '.join(method)}; micro-batch {rec.micro_batch}, seq {rec.seq_len}"
     )
 
@@ -199,7 +214,7 @@ def explain(case: dict) -> dict:
         "valid": bool(r["valid"]),
         "invalid_reason": INVALID_REASONS[Invalid(r["invalid_reason"])],
         "breakdown_bytes": dict(breakdown(r)) if r["allocated_peak_bytes"] >= 0 else {},
-        "outputs": {k: r[k] for k in OUTPUTS},
+        "outputs": named_outputs(r),
         "peak_phase": name_of(Phase(r["peak_phase"])) if r["peak_phase"] >= 0 else None,
         "bottleneck": COMPONENT_LABELS[Component(r["bottleneck"])] if r["bottleneck"] >= 0 else None,
         "fits": bool(r["fits"] == 1),
