@@ -151,3 +151,26 @@ def test_estimate_unknown_column_names_it(capsys, tmp_path):
     cases.write_text("model,microbatch\nllama-3.1-8b,2\n")
     code, _, err = run(capsys, "estimate", str(cases), "-o", str(tmp_path / "x.parquet"))
     assert code == 2 and "unknown column 'microbatch'" in err and "micro_batch" in err
+
+
+def test_validate_table_columns_line_up_whatever_the_cells_hold():
+    from engine.checks.validate import render
+
+    memory = [{"case_id": "a-very-long-case-identifier-from-a-published-source-0123456789", "group": "g",
+               "metric": "device_peak_upper_bound_of_a_kind", "reference_gib": 0.025, "memsim_gib": 12.551,
+               "error_pct": 50105.1, "ok": None},
+              {"case_id": "short", "group": "a-group-name-longer-than-twenty-four", "metric": "activations",
+               "reference_gib": 0.554, "memsim_gib": -0.0001, "error_pct": -100.0, "ok": True}]
+    speed = [{"case_id": "run-1", "group": "throughput:x", "gpu": "h100-sxm-80gb", "metric": "tokens_per_gpu_s",
+              "reference": 3000.0, "memsim": 12345.6, "error_pct": 311.5, "ok": False},
+             {"case_id": "run-2-with-a-longer-name", "group": "throughput:x", "gpu": "a10", "metric": "tokens_per_gpu_s",
+              "reference": 31000.0, "memsim": 950.0, "error_pct": None, "ok": None, "why_not": "no comparable figure"}]
+    lines = render(memory + speed).splitlines()
+    table, speed_table = lines[:3], lines[4:7]
+    for rows, columns in ((table, ("metric", "reference GiB", "memsim GiB", "error")), (speed_table, ("GPU", "memsim"))):
+        for column in columns:
+            at = rows[0].index(column)
+            right = column not in ("metric", "GPU")  # numbers end where their header ends
+            edge = at + len(column) - 1 if right else at
+            assert all(r[edge] != " " and r[edge + (1 if right else -1)] == " " for r in rows if len(r) > edge), column
+    assert "-0.000" not in "\n".join(lines) and "12.551  +50105.1%" in table[1]

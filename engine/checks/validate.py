@@ -143,26 +143,65 @@ def summary(results: list[dict]) -> dict:
     return {g: {"n": len(v), "median_abs_pct": statistics.median(v), "max_abs_pct": max(v)} for g, v in groups.items()}
 
 
+def aligned(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """A text table whose columns are as wide as their widest cell (numbers right-aligned), two spaces apart."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if k in right else c.ljust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+def fixed(value, digits: int = 3) -> str:
+    """A number to `digits` places, never '-0.000'; '' for None."""
+    if value is None:
+        return ""
+    text = f"{value:,.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text.replace(",", "")) == 0 else text
+
+
+def status(r: dict) -> str:
+    return {True: "ok", False: "FAIL"}.get(r["ok"], r.get("why_not") or "reported")
+
+
 def render(results: list[dict]) -> str:
-    lines = [f"{'case':<48}{'metric':<24}{'reference GiB':>14}{'memsim GiB':>12}{'error':>9}  status"]
-    for r in results:
-        status = {True: "ok", False: "FAIL", None: "reported"}[r["ok"]]
-        lines.append(f"{r['case_id']:<48}{r['metric']:<24}{r['reference_gib']:>14.3f}{r['memsim_gib']:>12.3f}"
-                     f"{r['error_pct']:>+8.1f}%  {status}")
-    lines.append("")
-    for g, s in summary(results).items():
-        lines.append(f"{g:<24} n={s['n']:<4} median |error| {s['median_abs_pct']:5.1f}%   max {s['max_abs_pct']:5.1f}%")
-    reported = sum(r["ok"] is None for r in results)
+    """Memory rows (GiB) and throughput rows (tokens/s per GPU) as aligned tables, each with its summary per group."""
+    memory = [r for r in results if "reference_gib" in r]
+    speed = [r for r in results if "reference_gib" not in r]
+    lines = []
+    if memory:
+        rows = [[r["case_id"], r["metric"], fixed(r["reference_gib"]), fixed(r["memsim_gib"]), f"{r['error_pct']:+.1f}%",
+                 status(r)] for r in memory]
+        lines += aligned(["case", "metric", "reference GiB", "memsim GiB", "error", "status"], rows, {2, 3, 4})
+    if speed:
+        rows = [[r["case_id"], r.get("gpu", ""), fixed(r["reference"], 0), fixed(r["memsim"], 0),
+                 "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%", status(r)] for r in speed]
+        lines += [""] * bool(lines) + aligned(["case", "GPU", "published tokens/s/GPU", "memsim", "error", "status"],
+                                              rows, {2, 3, 4})
+    groups = [[g, str(s["n"]), f"{s['median_abs_pct']:.1f}%", f"{s['max_abs_pct']:.1f}%"]
+              for g, s in summary(results).items()]
+    if groups:
+        lines += [""] + aligned(["group", "n", "median |error|", "max |error|"], groups, {1, 2, 3})
+    reported = sum(r["ok"] is None for r in memory)
     if reported:
         lines.append(f"(+ {reported} figures reported only: under-specified in their source, not held to a tolerance)")
     return "\n".join(lines)
 
 
 def markdown(results: list[dict]) -> str:
-    """The validation table for the README: one row per case, then the summary per group."""
-    lines = ["| case | compared | reference GiB | memsim GiB | error |", "|---|---|---:|---:|---:|"]
-    for r in results:
-        lines.append(f"| {r['case_id']} | {r['metric']} | {r['reference_gib']:.3f} | {r['memsim_gib']:.3f} | {r['error_pct']:+.1f}% |")
+    """The validation tables for the README: one row per case (memory, then throughput), then the summary per group."""
+    lines = []
+    memory = [r for r in results if "reference_gib" in r]
+    speed = [r for r in results if "reference_gib" not in r]
+    if memory:
+        lines += ["| case | compared | reference GiB | memsim GiB | error |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['case_id']} | {r['metric']} | {fixed(r['reference_gib'])} | {fixed(r['memsim_gib'])} | "
+                  f"{r['error_pct']:+.1f}% |" for r in memory]
+    if speed:
+        lines += [""] * bool(lines) + ["| case | GPU | published tokens/s/GPU | memsim | error |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r['case_id']} | {r.get('gpu', '')} | {fixed(r['reference'], 0)} | {fixed(r['memsim'], 0)} | "
+                  f"{'' if r['error_pct'] is None else format(r['error_pct'], '+.1f') + '%'} |" for r in speed]
     lines += ["", "| source | cases | median abs error | max abs error |", "|---|---:|---:|---:|"]
     for g, s in summary(results).items():
         lines.append(f"| {g} | {s['n']} | {s['median_abs_pct']:.1f}% | {s['max_abs_pct']:.1f}% |")
