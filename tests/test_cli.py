@@ -174,3 +174,32 @@ def test_validate_table_columns_line_up_whatever_the_cells_hold():
             edge = at + len(column) - 1 if right else at
             assert all(r[edge] != " " and r[edge + (1 if right else -1)] == " " for r in rows if len(r) > edge), column
     assert "-0.000" not in "\n".join(lines) and "12.551  +50105.1%" in table[1]
+
+
+def test_explain_says_once_on_stderr_that_a_cold_kernel_compiles(capsys, monkeypatch):
+    from engine.cli import first_run
+    from engine.model.kernel import _fill
+
+    run(capsys, *LAUNCH)  # compiled (or loaded) and cached by now: the real cache reads warm
+    assert first_run.cold(_fill) is False
+    assert run(capsys, *LAUNCH)[2] == ""
+    monkeypatch.setattr(first_run, "cold", lambda kernel: True)
+    code, _, err = run(capsys, *LAUNCH)
+    assert code == 0 and err.count("\n") == 1 and err.startswith("memsim: compiling the kernels (first run only")
+
+
+def test_a_kernel_without_a_cache_index_is_cold():
+    from engine.cli.first_run import cold
+
+    class Index:
+        def __init__(self, found):
+            self.found = found
+
+        def _load_index(self):
+            return self.found
+
+    def kernel(found):
+        return type("Kernel", (), {"_cache": type("Cache", (), {"_cache_file": Index(found)})()})()
+
+    assert cold(kernel({})) and not cold(kernel({"sig": "entry"}))
+    assert not cold(lambda: None)  # NUMBA_DISABLE_JIT: a plain function, nothing compiles

@@ -3,6 +3,7 @@ configurations; a sweep that cannot complete leaves nothing that looks complete;
 
 import errno
 import io
+import re
 
 import duckdb
 import polars as pl
@@ -41,6 +42,20 @@ def spec_file(tmp_path, axes: str, extra: str = ""):
     path = tmp_path / "spec.toml"
     path.write_text(f"[axes]\n{axes}\n{extra}")
     return path
+
+
+def test_sweep_says_what_its_time_includes_and_when_the_kernel_compiles(tmp_path, monkeypatch, memsim):
+    from engine.cli import first_run
+
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b"]\nmicro_batch = [1, 2]')
+    code, out, err = memsim("sweep", spec, "-o", tmp_path / "warm", "--quiet")
+    assert code == 0 and "compiling" not in err + out
+    assert re.search(r"2 configurations in [\d.]+ s of evaluating and writing \([\d.]+ M/s; [\d.]+ s in all, with reading "
+                     r"the spec\): 2 valid", out), out
+    monkeypatch.setattr(first_run, "cold", lambda kernel: True)
+    code, out, err = memsim("sweep", spec, "-o", tmp_path / "cold", "--quiet")
+    assert code == 0 and "s in all, with reading the spec and compiling the kernel)" in out
+    assert "memsim: compiling the kernels (first run only" in err
 
 
 def test_disk_full_mid_run_leaves_no_part_file(tmp_path, monkeypatch, memsim):
@@ -105,7 +120,7 @@ def test_bad_spec_is_one_line_and_exit_2(tmp_path, memsim, axes, needle):
 
 def test_a_spec_with_no_valid_configuration_says_why(tmp_path, memsim):
     spec = spec_file(tmp_path, 'model = ["llama-3.1-8b"]\nn_gpus = [3]\ntp = [2]')
-    code, out, err = memsim("sweep", spec, "-o", tmp_path / "out", "--quiet")
+    code, _, err = memsim("sweep", spec, "-o", tmp_path / "out", "--quiet")
     assert code == 2 and "no valid configuration" in err and "n_gpus is not dp * tp * pp * cp" in err
 
 
@@ -124,5 +139,5 @@ def test_compact_rows_keep_what_feasibility_questions_need(tmp_path, memsim):
 def test_the_report_of_a_compact_sweep_says_what_it_cannot_chart(tmp_path, memsim):
     spec = spec_file(tmp_path, 'model = ["llama-3.2-1b"]\ngpu = ["a100-sxm-80gb"]\nn_gpus = [1, 2]', "[output]\ncompact = true\n")
     assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
-    code, out, _ = memsim("report", "--sweep", tmp_path / "c", "-o", tmp_path / "r.html")
+    code, _, _ = memsim("report", "--sweep", tmp_path / "c", "-o", tmp_path / "r.html")
     assert code == 0 and "compact rows" in (tmp_path / "r.html").read_text()

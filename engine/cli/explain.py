@@ -20,8 +20,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> None:
     from engine.ask.explain import explain, render, to_json
+    from engine.cli.first_run import say_if_compiling
+    from engine.model.kernel import _fill
 
-    result = explain(given_config(args))
+    config = given_config(args)
+    say_if_compiling(_fill)
+    result = explain(config)
     if not result["valid"]:
         raise UserError(f"this layout cannot run: {result['invalid_reason']} ({result['summary']})")
     print(to_json(result) if args.json else render(result))
