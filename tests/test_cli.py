@@ -1,6 +1,7 @@
 """Every subcommand, as a user runs it: real files, exit codes, one-line errors and no tracebacks."""
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -203,3 +204,16 @@ def test_a_kernel_without_a_cache_index_is_cold():
 
     assert cold(kernel({})) and not cold(kernel({"sig": "entry"}))
     assert not cold(lambda: None)  # NUMBA_DISABLE_JIT: a plain function, nothing compiles
+
+
+def test_readme_links_resolve_inside_the_repository_and_say_how_to_get_cpu_torch():
+    from engine import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    links = [t for t in re.findall(r"\]\(([^)#\s]+)", readme) if "://" not in t]
+    assert "docs/config.md" in links
+    for target in links:
+        path = (REPO_ROOT / target).resolve()
+        assert path.is_relative_to(REPO_ROOT) and path.exists(), target
+    assert "../shared/CONFIG.md" not in readme
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
