@@ -4,6 +4,7 @@ configurations; a sweep that cannot complete leaves nothing that looks complete;
 import errno
 import io
 import re
+import tomllib
 
 import duckdb
 import polars as pl
@@ -12,6 +13,7 @@ import pytest
 
 from engine.ask.estimate import estimate_table
 from engine.dataset.sweep import run_sweep
+from engine.errors import UserError
 from engine.model.outputs import OUTPUTS
 
 AXES = ["model", "gpu", "n_gpus", "tp", "pp", "zero_stage", "micro_batch", "seq_len", "checkpointing", "lora_rank", "attention"]
@@ -141,3 +143,79 @@ def test_the_report_of_a_compact_sweep_says_what_it_cannot_chart(tmp_path, memsi
     assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
     code, _, _ = memsim("report", "--sweep", tmp_path / "c", "-o", tmp_path / "r.html")
     assert code == 0 and "compact rows" in (tmp_path / "r.html").read_text()
+
+
+LINKED = """\
+[axes]
+model = ["llama-3.2-1b"]
+lora_rank = [0, 16, 16]
+micro_batch = [1, 2]
+base_quant = ["none", "none", "nf4"]
+
+[link]
+method = ["lora_rank", "base_quant"]
+"""
+
+
+def test_linked_axes_sweep_their_zip_not_their_product():
+    from engine.dataset.chunks import SweepKernel
+    from engine.inputs.grid import build_grid, decode
+    from engine.inputs.spec import parse_spec
+
+    grid = build_grid(parse_spec(tomllib.loads(LINKED), LINKED))
+    assert grid.total == 3 * 2  # full, LoRA, QLoRA x two micro-batches: no nf4-without-adapters rows
+    linked = next(a for a in grid.axes if a.linked)
+    assert linked.columns == [("lora_rank", [0, 16, 16]), ("base_quant", ["none", "none", "nf4"])]
+    configs = [decode(grid, i) for i in range(grid.total)]
+    got = {(int(c.lora_rank), int(c.base_quant), int(c.micro_batch)) for c in configs}
+    assert got == {(r, q, mb) for r, q in ((0, 0), (16, 0), (16, 2)) for mb in (1, 2)}  # Quant.NF4 = 2
+    chunk = SweepKernel(grid).evaluate(0, grid.total)
+    cases = [{"model": "llama-3.2-1b", "lora_rank": int(c.lora_rank), "base_quant": ["none", "int8", "nf4"][c.base_quant],
+              "micro_batch": int(c.micro_batch)} for c in configs]
+    want = pl.from_arrow(estimate_table(cases))
+    assert chunk.values("device_peak_bytes").tolist() == want["device_peak_bytes"].to_list()
+    assert all(chunk.values("valid") == 1)
+
+
+@pytest.mark.parametrize("link, needle", [
+    ('method = ["lora_rank"]', "two or more different axes"),
+    ('method = ["lora_rank", "tp"]', "'tp', which is not an axis"),
+    ('a = ["lora_rank", "base_quant"]\nb = ["base_quant", "micro_batch"]', "in two [link] groups"),
+    ('method = ["lora_rank", "micro_batch"]', "as many values each, got lora_rank 3, micro_batch 2"),
+    ('method = "lora_rank"', "two or more different axes"),
+])
+def test_a_bad_link_is_one_line(link, needle):
+    from engine.inputs.spec import parse_spec
+
+    text = LINKED.split("[link]")[0] + "[link]\n" + link + "\n"
+    with pytest.raises(UserError, match=re.escape(needle)):
+        parse_spec(tomllib.loads(text), text)
+
+
+def test_a_link_that_repeats_a_combination_is_refused():
+    from engine.inputs.grid import build_grid
+    from engine.inputs.spec import parse_spec
+
+    text = LINKED.replace('base_quant = ["none", "none", "nf4"]', 'base_quant = ["none", "nf4", "nf4"]')
+    with pytest.raises(UserError, match="repeats a combination"):
+        build_grid(parse_spec(tomllib.loads(text), text))
+
+
+@pytest.mark.xfail(strict=True, raises=UserError,
+                   reason="engine/dataset/columns.py does not yet write Axis.columns (issue #14): spec.LINKS_WRITTEN")
+def test_a_linked_sweep_writes_each_linked_input_as_a_column(tmp_path):
+    spec = spec_file(tmp_path, LINKED.removeprefix("[axes]\n"))
+    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
+    rows = pl.read_parquet(tmp_path / "out" / "part-*.parquet").with_columns(pl.col(pl.Categorical).cast(pl.String))
+    assert sorted(rows.select("lora_rank", "base_quant", "micro_batch").rows()) == sorted(
+        (r, q, mb) for r, q in ((0, "none"), (16, "none"), (16, "nf4")) for mb in (1, 2))
+
+
+def test_the_docs_linked_example_sweeps_the_combinations_it_lists():
+    from engine import REPO_ROOT
+    from engine.inputs.grid import build_grid
+    from engine.inputs.spec import parse_spec
+
+    blocks = re.findall(r"```toml\n(.*?)```", (REPO_ROOT / "docs" / "config.md").read_text(), flags=re.DOTALL)
+    linked = next(b for b in blocks if "[link]" in b)
+    assert build_grid(parse_spec(tomllib.loads(linked), linked)).total == 3 * 3  # micro-batches x methods

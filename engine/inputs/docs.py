@@ -44,6 +44,10 @@ SPEC_TABLE_HELP = {
     "title": "a string: the title of the dataset and of its report (default `memsim sweep`)",
     "axes": "input column -> a list of values (or one value); `model` and `gpu` also take `\"all\"` or a catalog "
             "tag. Every input left out takes its default. Model dimensions are not axes: sweep models through `model`",
+    "link": "group name -> two or more axes of `[axes]` that move together: value i of each goes with value i of "
+            "the others (a zip, not a product), so the sweep holds only the combinations listed. Each axis keeps its "
+            "own column. Until the Parquet writer writes a linked axis' columns, `memsim sweep` refuses a spec with "
+            "`[link]` (engine/inputs/spec.py LINKS_WRITTEN)",
     "output": "options of the dataset written (below)",
 }
 OUTPUT_OPTION_HELP = {
@@ -208,14 +212,19 @@ def spec_lines() -> list[str]:
     assert set(SPEC_TABLE_HELP) == SPEC_TABLES | {"title"}, "document every table of a sweep spec"
     assert set(OUTPUT_OPTION_HELP) == OUTPUT_OPTIONS, "document every [output] option of a sweep spec"
     lines = ["## Sweep specs", "",
-             "A TOML file; the sweep is the cartesian product of its axes. A spec with only `[axes]` always works.", ""]
+             ("A TOML file; the sweep is the cartesian product of its axes, less the combinations a `[link]` leaves "
+              "out. A spec with only `[axes]` always works."), ""]
     lines += table(["key", "meaning"], [[code(k), text] for k, text in sorted(SPEC_TABLE_HELP.items())])
     lines += ["", "### `[output]` options", ""]
     lines += table(["option", "meaning"], [[code(k), text] for k, text in sorted(OUTPUT_OPTION_HELP.items())])
     example = ["[axes]", 'model = ["llama-3.1-8b", "llama-3.1-70b"]', 'gpu = ["h100-sxm-80gb", "a100-sxm-80gb"]',
                "n_gpus = [8, 16, 32, 64]", "tp = [1, 2, 4, 8]", "zero_stage = [0, 1, 2, 3]",
                'checkpointing = ["none", "selective", "full"]', "", "[output]", "feasible_only = true"]
-    return lines + ["", "```toml"] + example + ["```", ""]
+    linked = ["[axes]", 'model = ["llama-3.1-8b"]', "micro_batch = [1, 2, 4]",
+              "lora_rank = [0, 16, 16]            # full fine-tuning, LoRA, QLoRA:",
+              'base_quant = ["none", "none", "nf4"]  # three rows per micro-batch, not 2 x 2', "",
+              "[link]", 'method = ["lora_rank", "base_quant"]']
+    return lines + ["", "```toml"] + example + ["```", "", "Linked axes:", "", "```toml"] + linked + ["```", ""]
 
 
 def page() -> str:

@@ -1,7 +1,8 @@
 """A sweep spec as axes the kernel can decode: the grid itself is never materialized.
 
 The sweep is the cartesian product of the axes; configuration i is the mixed-radix number whose digits index
-each axis (the last axis varies fastest). Every axis is a small table: for each of its values, the record
+each axis (the last axis varies fastest). Axes a spec links ([link]) are one axis of the product: digit j sets
+value j of each of them, and each keeps its own column (`Axis.columns`). Every axis is a small table: for each of its values, the record
 fields it sets (a model axis sets every architecture field from the catalog, a GPU axis the GPU's
 attributes, any other axis its own field). Axes are ordered by the shallowest level of the model that reads
 them (engine/model/dependencies.py): the layout axes first, then the workload, the GPU innermost, so the
@@ -9,7 +10,7 @@ kernel re-evaluates a level only when one of its own axes moves.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +46,12 @@ class Axis:
     fields: list  # the record fields a digit sets
     words: np.ndarray  # (len(labels), len(fields)) int64: the values it sets, floats as their bits
     level: str = "device"  # the shallowest level of the model that reads one of its fields
+    linked: list = field(default_factory=list)  # a [link] group: (input, labels) of each linked axis, this one first
+
+    @property
+    def columns(self) -> list[tuple[str, list]]:
+        """The Parquet columns this axis writes, (name, label per digit): its own, or each linked axis'."""
+        return self.linked or [(self.name, self.labels)]
 
 
 @dataclass
@@ -135,26 +142,52 @@ def recipe_axis(values, explicit: set) -> Axis:
     return table_axis("recipe", names, records, fields)
 
 
-def value_axis(name: str, values) -> Axis:
-    """A plain axis: each value parsed as CONFIG.md says, labels as users will read them."""
+def value_axis(name: str, values, linked: bool = False) -> Axis:
+    """A plain axis: each value parsed as CONFIG.md says, labels as users will read them (a linked axis may repeat
+    a value: its group's combinations are what must differ)."""
     values = values if isinstance(values, list) else [values]
     if name in MODEL_FIELD_NAMES:
         raise UserError(f"axis '{name}' is a model dimension: sweep models through the 'model' axis")
     parsed = [parse(name, v) for v in values]
-    if len(set(parsed)) != len(parsed):
+    if not linked and len(set(parsed)) != len(parsed):
         raise UserError(f"axis '{name}' repeats a value: {values}")
     dtype = np.float64 if INPUTS[name].kind == "float" else np.int64
     table = np.array(parsed, dtype=dtype).view(np.int64).reshape(len(parsed), 1)
     return Axis(name, [spell(name, p) for p in parsed], [name], table)
 
 
+def link_axes(group: str, members: list[Axis]) -> Axis:
+    """The axes of a [link] group as one axis: digit j sets value j of each (a zip of them, not their product)."""
+    counts = {a.name: len(a.labels) for a in members}
+    if len(set(counts.values())) > 1:
+        raise UserError(f"[link] {group}: linked axes need as many values each, got "
+                        f"{', '.join(f'{n} {k}' for n, k in counts.items())}")
+    fields = [f for a in members for f in a.fields]
+    if len(set(fields)) != len(fields):
+        twice = sorted({f for f in fields if fields.count(f) > 1})
+        raise UserError(f"[link] {group}: {', '.join(a.name for a in members)} set {', '.join(twice)} twice")
+    combos = list(zip(*(a.labels for a in members)))
+    if len(set(combos)) != len(combos):
+        again = next(c for c in combos if combos.count(c) > 1)
+        raise UserError(f"[link] {group} repeats a combination: {dict(zip(counts, again))}")
+    first = members[0]
+    words = np.concatenate([a.words for a in members], axis=1)
+    return Axis(first.name, first.labels, fields, words, linked=[(a.name, a.labels) for a in members])
+
+
 def build_grid(spec: Spec) -> Grid:
-    """Resolve every axis against the catalogs and order them by the level of the model that reads them."""
+    """Resolve every axis against the catalogs, link the axes of each [link] group into one, and order them by the
+    level of the model that reads them."""
     axes_in = dict(spec.axes)
+    linked = {name for members in spec.links.values() for name in members}
     model = model_axis(axes_in.pop("model", [INPUTS["model"].default]), "dropout" in axes_in)
     gpu = gpu_axis(axes_in.pop("gpu", [INPUTS["gpu"].default]))
     recipe = [recipe_axis(axes_in.pop("recipe"), set(axes_in))] if "recipe" in axes_in else []
-    axes = [model] + recipe + [value_axis(name, values) for name, values in axes_in.items()] + [gpu]
+    axes = [model] + recipe + [value_axis(name, values, name in linked) for name, values in axes_in.items()] + [gpu]
+    for group, members in spec.links.items():
+        by_name = {a.name: a for a in axes}
+        merged = link_axes(group, [by_name[m] for m in members])
+        axes = [merged if a.name == members[0] else a for a in axes if a.name not in members[1:]]
     read_by = level_of_fields()
     for axis in axes:
         axis.level = min((read_by.get(f, "device") for f in axis.fields), key=LEVELS.index)

@@ -1,8 +1,20 @@
-"""A sweep spec (TOML): its axes, title and output options, read and checked (CONFIG.md, "Sweep specs").
+"""A sweep spec (TOML): its axes, linked axes, title and output options, read and checked (CONFIG.md, "Sweep specs").
 
 Every table and option is checked here, by type: an unknown table, an unknown option or a value of the wrong
 type is one line naming it (a quoted "false" is not false; a table memsim does not read is not silently
 ignored).
+
+Linked axes: the sweep is the cartesian product of its axes, except that the axes a `[link]` group names move
+together, value i of each with value i of the others (a zip, not a product). Full fine-tuning, LoRA and QLoRA
+are three values of a link between `lora_rank` and `base_quant`, not the 2 x 2 product with its invalid
+nf4-without-adapters rows:
+
+    [axes]
+    lora_rank = [0, 16, 16]
+    base_quant = ["none", "none", "nf4"]
+
+    [link]
+    method = ["lora_rank", "base_quant"]
 """
 
 import tomllib
@@ -14,7 +26,11 @@ import pyarrow as pa
 from engine.errors import UserError
 from engine.inputs.vocabulary import check_columns
 
-SPEC_TABLES = {"axes", "output"}
+SPEC_TABLES = {"axes", "link", "output"}
+# A sweep writes one Parquet column per axis (engine/dataset/columns.py); a linked axis writes one per input it
+# links (grid.Axis.columns) once that writer reads Axis.columns. Until then a spec file with [link] is refused,
+# never written with the linked inputs' columns missing (issue #14 notes: the writer's change).
+LINKS_WRITTEN = False
 MAX_ROWS_PER_CHUNK = 1 << 24  # a chunk's buffers are about 300 bytes a row: 5 GiB at this size
 COMPRESSIONS = ("lz4", "zstd", "snappy", "gzip", "brotli", "none")  # what pyarrow's Parquet writer takes
 
@@ -56,6 +72,7 @@ class Spec:
     title: str = "memsim sweep"
     output: dict = field(default_factory=dict)
     text: str = ""
+    links: dict = field(default_factory=dict)  # group name -> the axes that move together (in [axes] order)
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -73,7 +90,11 @@ def load_spec(path: str | Path) -> Spec:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"sweep spec {path} is not valid TOML: {err}") from None
-    return parse_spec(doc, text)
+    spec = parse_spec(doc, text)
+    if spec.links and not LINKS_WRITTEN:
+        raise UserError(f"sweep spec {path}: [link] is read but a sweep cannot write linked axes yet (the Parquet "
+                        "writer keeps one column per axis); sweep the axes unlinked and filter in SQL for now")
+    return spec
 
 
 def is_value(v) -> bool:
@@ -108,4 +129,31 @@ def parse_spec(doc: dict, text: str = "") -> Spec:
     if bad:
         raise UserError(f"unknown [output] option(s) {sorted(bad)} (accepted: {', '.join(sorted(OUTPUT_OPTIONS))})")
     output = {name: OPTION_CHECKS[name](name, value) for name, value in output.items()}
-    return Spec(axes=axes, title=title, output=output, text=text)
+    return Spec(axes=axes, title=title, output=output, text=text, links=parse_links(doc.get("link", {}), axes))
+
+
+def parse_links(links, axes: dict) -> dict[str, list[str]]:
+    """[link]: group name -> two or more axes of [axes], each in one group, with as many values each (a catalog
+    'all' or tag is counted when the grid resolves it)."""
+    if not isinstance(links, dict):
+        raise UserError(f"[link] must be a table: name = [\"axis\", \"axis\", ...], got {links!r}")
+    seen: dict[str, str] = {}
+    out = {}
+    for name, members in links.items():
+        if not (isinstance(members, list) and len(members) >= 2 and all(isinstance(m, str) for m in members)
+                and len(set(members)) == len(members)):
+            raise UserError(f"[link] {name} must list two or more different axes, e.g. [\"lora_rank\", \"base_quant\"], "
+                            f"got {members!r}")
+        for m in members:
+            if m not in axes:
+                raise UserError(f"[link] {name} names '{m}', which is not an axis of [axes]")
+            if m in seen:
+                raise UserError(f"axis '{m}' is in two [link] groups: {seen[m]} and {name}")
+            seen[m] = name
+        counts = {m: len(axes[m]) if isinstance(axes[m], list) else 1 for m in members}
+        listed = {m: n for m, n in counts.items() if not (isinstance(axes[m], str) and m in ("model", "gpu"))}
+        if len(set(listed.values())) > 1:
+            raise UserError(f"[link] {name}: linked axes need as many values each, got "
+                            f"{', '.join(f'{m} {n}' for m, n in listed.items())}")
+        out[name] = sorted(members, key=list(axes).index)
+    return out
