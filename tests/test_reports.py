@@ -305,6 +305,23 @@ def test_largest_micro_batch_marks_cells_capped_by_the_sweep(methods_report, met
     assert rows["capped"].any() and f"{top}+: the sweep's largest micro-batch ({top}) fits" in chart.to_dict()["title"]["subtitle"]
 
 
+def titles(spec) -> list[str]:
+    """Every title, subtitle and caption-like string of a Vega-Lite spec (axis, legend, tooltip and chart titles)."""
+    if isinstance(spec, dict):
+        found = [v for k, v in spec.items() if k in ("title", "subtitle", "text") and isinstance(v, str)]
+        return found + [t for k, v in spec.items() if k != "datasets" for t in titles(v)]
+    if isinstance(spec, list):
+        return [t for item in spec for t in titles(item)]
+    return []
+
+
+def test_headroom_names_only_the_share_kept_free(tiny_report):
+    # CONFIG.md: headroom is the fraction of memory kept free; memory left at the peak is "to spare" (as explain says)
+    words = [t for s in tiny_report.sections for t in titles(s.chart.to_dict())] + [s.caption for s in tiny_report.sections]
+    uses = [t for t in words if "headroom" in t]
+    assert uses and all(re.search(r"headroom (is )?kept free|less headroom", t) for t in uses), uses
+
+
 # --- prices ------------------------------------------------------------------------------------------------------
 
 
