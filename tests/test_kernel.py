@@ -60,10 +60,14 @@ def reference_outputs(records) -> dict[str, np.ndarray]:
     return {name: np.array([row[name] for row in rows]) for name in OUTPUTS}
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_estimate_kernel_equals_reference_on_random_configurations(seed):
+# The fast tier draws a few configurations (the scalar reference runs in plain Python); the slow tier, many more.
+SAMPLES = [pytest.param(0, 120, id="fast"), pytest.param(1, 400, id="more", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("seed, n", SAMPLES)
+def test_estimate_kernel_equals_reference_on_random_configurations(seed, n):
     rng = np.random.default_rng(seed)
-    records, _, _ = resolve_cases([random_case(rng) for _ in range(400)])
+    records, _, _ = resolve_cases([random_case(rng) for _ in range(n)])
     got = evaluate(records)
     assert not any((v == UNSET).any() or np.isinf(v).any() for v in got.values()), "a column the kernel never wrote"
     want = reference_outputs(records)
@@ -71,8 +75,8 @@ def test_estimate_kernel_equals_reference_on_random_configurations(seed):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_sweep_kernel_equals_reference_on_random_grids(seed):
+@pytest.mark.parametrize("seed, n", SAMPLES)
+def test_sweep_kernel_equals_reference_on_random_grids(seed, n):
     rng = np.random.default_rng(100 + seed)
     models, gpus = list(catalog.load_models()), list(catalog.load_gpus())
     axes = {
@@ -89,7 +93,7 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed):
     chunk = SweepKernel(grid).evaluate(start, count)
     assert not any((part == UNSET).any() for part in (chunk.rank, chunk.gpu, chunk.step, chunk.device))
     got = {name: chunk.values(name) for name in [*OUTPUTS, "dp", "n_gpus"]}
-    for i in rng.choice(count, 400, replace=False):
+    for i in rng.choice(count, n, replace=False):
         rec = decode(grid, start + i)
         want = outputs(rec) | {"dp": rec.dp, "n_gpus": rec.n_gpus}
         assert {n: comparable(v[i]) for n, v in got.items()} == {n: comparable(v) for n, v in want.items()}, \
