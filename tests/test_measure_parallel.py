@@ -13,7 +13,8 @@ from engine.checks.measure import measure_case
 from engine.checks.measure.case import resolve
 from engine.checks.measure.moe import splits
 from engine.checks.measure.parallel_pipeline import stage_layers
-from engine.checks.measure.parallel_run import run_rank, summarize
+from engine.checks.measure.parallel_run import run_rank
+from engine.checks.measure.parallel_summary import summarize
 from engine.checks.measure.reference_set import MEASURED_COLUMNS
 from engine.errors import UserError
 
@@ -174,7 +175,8 @@ def _first_row_per_family():
 @pytest.mark.parametrize("row", _first_row_per_family(), ids=lambda r: r["family"])
 def test_committed_row_reproduces_exactly(row):
     from engine.checks.measure.measure import versions
-    from engine.checks.measure.reference_parallel import measure_row, reference_cases
+    from engine.checks.measure.reference_parallel import measure_row
+    from engine.checks.measure.reference_parallel_cases import reference_cases
 
     have = versions()
     if any(have[k] != row[k] for k in have):

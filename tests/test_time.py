@@ -1,14 +1,19 @@
-"""The time model (engine/model/time.py, flops.py): FLOPs and step times worked out by hand, the link model, what
-must move which way, and the calibration against data/golden/throughput.csv (engine/checks/throughput.py)."""
+"""The time model (engine/model/time.py, step_work.py, gpu_rates.py, collectives.py, flops.py): FLOPs and step times
+worked out by hand, the link model, what must move which way, and the calibration against
+data/golden/throughput.csv (engine/checks/throughput/)."""
 
 import math
 
 import pytest
 
-from engine.checks import throughput
-from engine.model import time as tm
+from engine.checks.throughput import calibration, comparison
+from engine.checks.throughput.rows import case_of, derivations, prepared, throughput_rows
+from engine.model.collectives import BUS_EFFICIENCY, group_bytes_per_s
 from engine.model.flops import attention_core_flops_per_token, matmul_passes, model_flops_per_token
+from engine.model.gpu_rates import Rates
 from engine.model.params import param_count
+from engine.model.step_work import Work, pipeline_bubble
+from engine.model.time import device_times, overlapped
 from tests.support import config, outputs
 
 # --- FLOPs by hand -------------------------------------------------------------------------------------------
@@ -50,19 +55,19 @@ def test_matmul_passes(overrides, want):
 # --- composition by hand ------------------------------------------------------------------------------------
 
 
-def work(**overrides) -> tm.Work:
+def work(**overrides) -> Work:
     base = dict(model_flops_per_token=6.0, tokens_per_gpu=50.0, gpu_s_per_mtok=1e6 / 50.0, matmul_flops=1e12,
                 matmul_bytes=5e8, expert_flops=0.0, expert_bytes=0.0, attention_flops=2e11, hbm_bytes=3e9,
                 optimizer_bytes=1e9, stretch=1.25, tp_bytes=1e9, cp_bytes=0.0, ep_bytes=0.0, pp_bytes=2e9,
                 dp_bytes=8e9, dp_window=0.5, host_s=0.0, offload_s=0.5)
-    return tm.Work(**(base | overrides))
+    return Work(**(base | overrides))
 
 
-def rates(**overrides) -> tm.Rates:
+def rates(**overrides) -> Rates:
     base = dict(s_per_matmul_flop=1e-12, s_per_attention_flop=2e-12, s_per_hbm_byte=1e-9, s_per_peak_flop=0.5e-12,
                 s_per_tp_byte=1e-10, s_per_cp_byte=1e-10, s_per_ep_byte=1e-10, s_per_pp_byte=1e-10,
                 s_per_dp_byte=1e-9, usd_per_s=0.01)
-    return tm.Rates(**(base | overrides))
+    return Rates(**(base | overrides))
 
 
 def test_step_time_by_hand():
@@ -70,7 +75,7 @@ def test_step_time_by_hand():
     # TP 0.1 s exposed; the stage (4.4 + 0.1) x 1.25 = 5.625 s, + pipeline sends 0.2 s = 5.825 s
     # DP 8.0 s behind 0.5 x 4.4 s of compute: 5.8 s exposed; optimizer 1.0 s; offloaded step 0.5 s
     # 50 tokens per GPU per step; MFU against a 2e12 FLOP/s peak; $0.01 per GPU-second
-    times = tm.device_times(work(), rates())
+    times = device_times(work(), rates())
     step = 5.825 + 5.8 + 1.0 + 0.5
     assert times.step_time_s == pytest.approx(step)
     assert times.tokens_per_gpu_s == pytest.approx(50.0 / step)
@@ -81,30 +86,30 @@ def test_step_time_by_hand():
 def test_matmuls_run_at_the_slower_of_their_flops_and_their_bytes():
     # 2e9 operand bytes at 1 GB/s: 2.0 s, not the 1.0 s of their FLOPs; one more second of compute costs 1.25 s
     # through the bubble and hides 0.5 s more of the DP collectives
-    slow = tm.device_times(work(matmul_bytes=2e9), rates()).step_time_s
-    assert slow - tm.device_times(work(), rates()).step_time_s == pytest.approx(1.0 * 1.25 - 0.5)
+    slow = device_times(work(matmul_bytes=2e9), rates()).step_time_s
+    assert slow - device_times(work(), rates()).step_time_s == pytest.approx(1.0 * 1.25 - 0.5)
 
 
 def test_a_collective_hidden_behind_the_compute_costs_nothing():
-    assert tm.overlapped(1.0, 2.0) == 0.0 and tm.overlapped(3.0, 2.0) == 1.0
+    assert overlapped(1.0, 2.0) == 0.0 and overlapped(3.0, 2.0) == 1.0
 
 
 def test_an_unknown_link_gives_an_unknown_time_not_zero():
-    assert math.isnan(tm.overlapped(math.nan, 2.0))
-    assert math.isnan(tm.device_times(work(), rates(s_per_dp_byte=math.nan)).step_time_s)
-    assert not math.isnan(tm.device_times(work(dp_bytes=0.0), rates(s_per_dp_byte=math.nan)).step_time_s)
+    assert math.isnan(overlapped(math.nan, 2.0))
+    assert math.isnan(device_times(work(), rates(s_per_dp_byte=math.nan)).step_time_s)
+    assert not math.isnan(device_times(work(dp_bytes=0.0), rates(s_per_dp_byte=math.nan)).step_time_s)
 
 
 def test_offloaded_weights_hide_behind_the_compute():
-    assert tm.device_times(work(host_s=4.0), rates()).step_time_s == pytest.approx(
-        tm.device_times(work(), rates()).step_time_s)  # 4.0 s under 4.4 s of compute
-    slow = tm.device_times(work(host_s=5.4), rates()).step_time_s - tm.device_times(work(), rates()).step_time_s
+    assert device_times(work(host_s=4.0), rates()).step_time_s == pytest.approx(
+        device_times(work(), rates()).step_time_s)  # 4.0 s under 4.4 s of compute
+    slow = device_times(work(host_s=5.4), rates()).step_time_s - device_times(work(), rates()).step_time_s
     assert slow == pytest.approx(1.0 * 1.25)  # 1.0 s exposed, stretched by the bubble
 
 
 def test_pipeline_bubble_is_p_minus_1_over_m_v():
-    assert tm.pipeline_bubble(config(n_gpus=8, pp=8, n_layers=16, grad_accum=32)) == 7 / 32
-    assert tm.pipeline_bubble(config(n_gpus=8, pp=8, n_layers=16, grad_accum=32, pp_schedule="interleaved",
+    assert pipeline_bubble(config(n_gpus=8, pp=8, n_layers=16, grad_accum=32)) == 7 / 32
+    assert pipeline_bubble(config(n_gpus=8, pp=8, n_layers=16, grad_accum=32, pp_schedule="interleaved",
                                      vpp=2)) == 7 / 64
 
 
@@ -125,20 +130,20 @@ def test_an_unpriced_gpu_has_a_time_but_no_cost():
 
 def test_a_group_inside_a_node_runs_on_nvlink():
     # H100 SXM: 450 GB/s NVLink per direction, at BUS_EFFICIENCY
-    assert tm.group_bytes_per_s(config(n_gpus=8), 1, 8) == tm.BUS_EFFICIENCY * 450e9
+    assert group_bytes_per_s(config(n_gpus=8), 1, 8) == BUS_EFFICIENCY * 450e9
 
 
 def test_a_group_across_nodes_gets_its_ranks_per_node_times_each_nic():
     # 16 ranks, 8 per node, 50 GB/s each: 400 GB/s (under the 450 of NVLink)
-    assert tm.group_bytes_per_s(config(n_gpus=16), 1, 16) == pytest.approx(tm.BUS_EFFICIENCY * 400e9)
+    assert group_bytes_per_s(config(n_gpus=16), 1, 16) == pytest.approx(BUS_EFFICIENCY * 400e9)
     # the data-parallel group of tp = 8: one rank per node, one NIC
-    assert tm.group_bytes_per_s(config(n_gpus=16), 8, 2) == pytest.approx(tm.BUS_EFFICIENCY * 50e9)
+    assert group_bytes_per_s(config(n_gpus=16), 8, 2) == pytest.approx(BUS_EFFICIENCY * 50e9)
 
 
 def test_an_nvl72_domain_keeps_a_64_gpu_group_on_nvlink():
     c = config(gpu="gb200", n_gpus=64, nvlink_domain_gpus=72)
-    assert tm.group_bytes_per_s(c, 1, 64) == tm.BUS_EFFICIENCY * 900e9
-    assert tm.group_bytes_per_s(config(gpu="gb200", n_gpus=64), 1, 64) == pytest.approx(tm.BUS_EFFICIENCY * 200e9)
+    assert group_bytes_per_s(c, 1, 64) == BUS_EFFICIENCY * 900e9
+    assert group_bytes_per_s(config(gpu="gb200", n_gpus=64), 1, 64) == pytest.approx(BUS_EFFICIENCY * 200e9)
 
 
 # --- what moves which way -----------------------------------------------------------------------------------------
@@ -185,66 +190,66 @@ def test_ddp_throughput_per_gpu_never_grows_with_more_gpus(n_gpus):
 
 @pytest.fixture(scope="module")
 def results():
-    return throughput.throughput_results()
+    return comparison.throughput_results()
 
 
 def test_calibration_set_median_error_meets_the_issue_target(results):
-    assert throughput.summary(results)["all"]["median_abs_pct"] <= throughput.MEDIAN_TOL_PCT
+    assert comparison.summary(results)["all"]["median_abs_pct"] <= comparison.MEDIAN_TOL_PCT
 
 
 def test_the_rows_outside_30_percent_are_exactly_the_known_misses(results):
-    # issue #16 asks max <= 30%: these rows break it, each with its reason in throughput.KNOWN_MISSES
+    # issue #16 asks max <= 30%: these rows break it, each with its reason in comparison.KNOWN_MISSES
     missed = {r["case_id"] for r in results if r["ok"] is False}
-    assert missed == set(throughput.KNOWN_MISSES)
+    assert missed == set(comparison.KNOWN_MISSES)
 
 
 def test_every_row_is_compared_uneven_pipeline_splits_included(results):
     # Llama 3.1 405B (126 layers) and DeepSeek-V3 (61) on 4-16 stages: valid rows since memsim splits layers
     # unevenly (split.virtual_stage_layers)
-    rows = {r["case_id"]: r for r in throughput.throughput_rows()}
+    rows = {r["case_id"]: r for r in throughput_rows()}
     layers = {"llama-3.1-405b": 126, "deepseek-v3": 61}
     uneven = [r for r in results if layers.get(rows[r["case_id"]]["model"], 0) % int(rows[r["case_id"]]["pp"] or 1)]
     assert uneven and all(r["error_pct"] is not None for r in results)
 
 
 def test_grad_accum_comes_from_the_global_batch_where_the_source_leaves_it_out():
-    rows = {r["case_id"]: r for r in throughput.throughput_rows()}
+    rows = {r["case_id"]: r for r in throughput_rows()}
     # Narayanan Table 1, 39.1B: global batch 1536 over dp 32 at micro-batch 1 (assumed): 48 micro-batches
-    assert throughput.case_of(rows["megatron-t1-05"])["grad_accum"] == 48
-    assert throughput.case_of(rows["megatron-t1-05"])["micro_batch"] == 1
+    assert case_of(rows["megatron-t1-05"])["grad_accum"] == 48
+    assert case_of(rows["megatron-t1-05"])["micro_batch"] == 1
     # printed GA 2 contradicts GBS 512 / (MBS 4 x DP 16) = 8: the global batch is what tokens/s counts
-    assert throughput.case_of(rows["mbridge-h100-gptoss-120b"])["grad_accum"] == 8
-    assert "grad_accum" not in throughput.derivations(rows["mpt-h100-70b-2048-64g"])  # printed and consistent
+    assert case_of(rows["mbridge-h100-gptoss-120b"])["grad_accum"] == 8
+    assert "grad_accum" not in derivations(rows["mpt-h100-70b-2048-64g"])  # printed and consistent
 
 
 def test_unstated_virtual_stages_and_nvlink_domains_take_their_systems_defaults():
-    rows = {r["case_id"]: r for r in throughput.throughput_rows()}
-    assert throughput.case_of(rows["torchtitan-h100-405b-interleaved"])["vpp"] == 2  # torchtitan's default
-    assert throughput.case_of(rows["mbridge-gb200-dsv3-bf16"])["nvlink_domain_gpus"] == 72  # an NVL72 rack
-    assert "nvlink_domain_gpus" not in throughput.case_of(rows["mbridge-b200-llama3-8b"])
+    rows = {r["case_id"]: r for r in throughput_rows()}
+    assert case_of(rows["torchtitan-h100-405b-interleaved"])["vpp"] == 2  # torchtitan's default
+    assert case_of(rows["mbridge-gb200-dsv3-bf16"])["nvlink_domain_gpus"] == 72  # an NVL72 rack
+    assert "nvlink_domain_gpus" not in case_of(rows["mbridge-b200-llama3-8b"])
 
 
 def test_torchtitan_h100_rows_run_at_their_gpus_memory_bandwidth():
-    rows = {r["case_id"]: r for r in throughput.throughput_rows()}
-    assert throughput.case_of(rows["torchtitan-h100-8b-8g-fsdp"])["bandwidth_bytes_per_s"] == 2.4e12
-    assert "bandwidth_bytes_per_s" not in throughput.case_of(rows["mpt-h100-70b-2048-64g"])
+    rows = {r["case_id"]: r for r in throughput_rows()}
+    assert case_of(rows["torchtitan-h100-8b-8g-fsdp"])["bandwidth_bytes_per_s"] == 2.4e12
+    assert "bandwidth_bytes_per_s" not in case_of(rows["mpt-h100-70b-2048-64g"])
 
 
 def test_every_calibrated_constant_is_inside_its_fit_range():
-    for name, (lo, hi) in throughput.CALIBRATED.items():
-        assert lo < getattr(tm, name) < hi, name
+    for name, (lo, hi) in calibration.CALIBRATED.items():
+        assert lo < calibration.current(name) < hi, name
 
 
 @pytest.mark.slow
 def test_a_fresh_fit_finds_the_constants_time_py_holds():
     # the constants are the fit's, rounded to three figures: not tuned by hand
-    found = throughput.fit(throughput.comparable(throughput.prepared(throughput.throughput_rows())))
+    found = calibration.fit(calibration.comparable(prepared(throughput_rows())))
     for name, value in found.items():
-        assert getattr(tm, name) == pytest.approx(value, rel=0.01), name
+        assert calibration.current(name) == pytest.approx(value, rel=0.01), name
 
 
 @pytest.mark.slow
 def test_sources_left_out_of_the_fit_are_predicted_about_as_well():
-    loso = throughput.leave_one_source_out()
+    loso = calibration.leave_one_source_out()
     held = [abs(e) for found in loso.values() for e in found["errors"].values()]
-    assert sorted(held)[len(held) // 2] <= throughput.MEDIAN_TOL_PCT
+    assert sorted(held)[len(held) // 2] <= comparison.MEDIAN_TOL_PCT

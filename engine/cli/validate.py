@@ -24,7 +24,7 @@ def run(args) -> None:
     if args.set in ("all", "measured"):
         results += validate.measured_results()
     if args.set in ("all", "throughput"):
-        from engine.checks.throughput import throughput_results
+        from engine.checks.throughput.comparison import throughput_results
 
         results += throughput_results()
     print(validate.markdown(results) if args.markdown else validate.render(results))

@@ -35,6 +35,7 @@ from engine.model.compiled import (
     compiled_scores_bytes_per_key,
     compiled_split_bytes_per_token,
 )
+from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.peak import peak
@@ -47,13 +48,14 @@ from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetc
 from engine.model.split import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
 from engine.model.stage import offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
+from engine.model.step_work import Work, step_work
 from engine.model.temporaries import (
     autocast_cache_bytes,
     ddp_bucket_bytes,
     dequant_bytes,
     optimizer_step_bytes,
 )
-from engine.model.time import Rates, Times, Work, device_times, gpu_rates, step_work
+from engine.model.time import Times, device_times
 from engine.model.validity import layout_reason, sequence_reason
 
 NULL = -1

@@ -20,8 +20,8 @@ by the one row that opens it (or by the chunk's first row), so no two blocks wri
 import numba
 import numpy as np
 
+from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table, gpu_terms, rank_terms, step_terms
-from engine.model.time import Rates
 
 N_RATES = len(Rates._fields)
 from engine.model.split import degrees

@@ -172,7 +172,7 @@ def measure_case(case: dict, device: str = "fake") -> dict:
             raise UserError(f"multi-GPU layouts and experts are measured on device='fake' (one rank of a simulated "
                             f"world), not {device!r}")
         from engine.checks.measure.parallel_run import run_rank
-        from engine.checks.measure.parallel_run import summarize as summarize_rank
+        from engine.checks.measure.parallel_summary import summarize as summarize_rank
 
         measured = summarize_rank(run_rank(c), c)
     elif device == "cuda":

@@ -18,7 +18,8 @@ import warnings
 
 from engine.checks.measure import breakdown
 from engine.checks.measure.case import resolve
-from engine.checks.measure.parallel_run import MEASURED_STEP, role, run_rank
+from engine.checks.measure.parallel_run import MEASURED_STEP, run_rank
+from engine.checks.measure.parallel_summary import role
 
 
 def report(case: dict, top: int = 30) -> str:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         case = json.loads(a.json)
     else:
-        from engine.checks.measure.reference_parallel import reference_cases
+        from engine.checks.measure.reference_parallel_cases import reference_cases
 
         case = next(x[2] for x in reference_cases() if x[0] == a.row)
     print(report(case, a.top))
