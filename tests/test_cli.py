@@ -57,6 +57,19 @@ def test_explain_json_outputs_are_the_columns_estimate_writes(capsys):
     assert outputs["invalid_reason"] is None and isinstance(outputs["bottleneck"], str)
 
 
+def test_explain_states_where_its_price_comes_from(capsys):
+    from engine.model import catalog
+
+    entry = catalog.resolve_gpu("a100-sxm-80gb")
+    r = json.loads(run(capsys, *LAUNCH, "--json")[1])
+    assert (r["usd_per_gpu_hour"], r["price_source"], r["price_date"]) == (
+        entry["usd_per_hour"], entry["price_source"], entry["price_date"])
+    text = run(capsys, *LAUNCH)[1]
+    assert f"(${entry['usd_per_hour']:.2f}/GPU-hour, {entry['price_source'].split(',')[0]}, read {entry['price_date']})" in text
+    given = json.loads(run(capsys, *LAUNCH, "--usd-per-hour", "1.5", "--json")[1])
+    assert (given["usd_per_gpu_hour"], given["price_source"], given["price_date"]) == (1.5, "given (usd_per_hour)", None)
+
+
 def test_explain_prints_the_breakdown_and_verdict(capsys):
     code, out, _ = run(capsys, *LAUNCH)
     assert code == 0

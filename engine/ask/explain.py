@@ -202,6 +202,15 @@ def summary_line(result: dict) -> str:
     )
 
 
+def price_basis(case: dict, gpu: str, rec) -> dict:
+    """Where cost_per_mtok's $/GPU-hour comes from: the catalog's dated source, or the case itself."""
+    if case.get("usd_per_hour") not in (None, "", 0, "0"):
+        return {"usd_per_gpu_hour": float(rec.usd_per_hour), "price_source": "given (usd_per_hour)", "price_date": None}
+    entry = catalog.resolve_gpu(gpu)
+    return {"usd_per_gpu_hour": entry.get("usd_per_hour"), "price_source": entry.get("price_source"),
+            "price_date": entry.get("price_date")}
+
+
 def explain(case: dict) -> dict:
     """The machine-readable explanation: breakdown, peak phase, bottleneck, fits and margin, suggestions."""
     r = evaluate_case(case)
@@ -223,6 +232,7 @@ def explain(case: dict) -> dict:
         "host_bytes": r["host_bytes"],
         "host_ram_bytes": int(host_ram_per_gpu(rec)),  # what one GPU of the job may fill on its node (0: unknown)
         "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
+        **price_basis(case, r["gpu"], rec),
     }
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
     result["plan"] = [] if result["fits"] else plan(case, r)
@@ -255,7 +265,7 @@ def render(result: dict) -> str:
     if host:
         ram = f", {host_ram / GIB:.1f} GiB available to each" if host_ram else " (the host's RAM unknown)"
         lines.append(f"host RAM for offload: {host / GIB:.2f} GiB per GPU{ram}")
-    lines.append(time_line(result["outputs"]))
+    lines.append(time_line(result["outputs"], result))
     if result["suggestions"]:
         lines += ["", "what to change (one at a time):"]
         for s in result["suggestions"]:
@@ -267,11 +277,17 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def time_line(out: dict) -> str:
-    """Step time, throughput, MFU and cost in one line (engine/model/time.py); what the catalog cannot price, said."""
+def time_line(out: dict, price: dict) -> str:
+    """Step time, throughput, MFU and cost in one line (engine/model/time.py), the price with its source and date;
+    what the catalog cannot price, said."""
     if out["step_time_s"] is None:
         return "time: unknown (no FLOP rate for this GPU)"
-    cost = f"${out['cost_per_mtok']:.2f} per million tokens" if out["cost_per_mtok"] is not None else "no catalog price"
+    cost = "no catalog price"
+    if out["cost_per_mtok"] is not None:
+        source = (price["price_source"] or "").split(",")[0]
+        dated = f", read {price['price_date']}" if price["price_date"] else ""
+        cost = (f"${out['cost_per_mtok']:.2f} per million tokens "
+                f"(${price['usd_per_gpu_hour']:.2f}/GPU-hour, {source}{dated})")
     return (f"step {out['step_time_s']:.2f} s, {out['tokens_per_gpu_s']:,.0f} tokens/s per GPU, "
             f"MFU {100 * out['mfu']:.0f}%, {cost}")
 

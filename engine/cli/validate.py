@@ -17,7 +17,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> None:
     from engine.checks import validate
+    from engine.cli.first_run import say_if_compiling
+    from engine.model.kernel import _fill
 
+    say_if_compiling(_fill)
     results = []
     if args.set in ("all", "published"):
         results += validate.golden_results()
