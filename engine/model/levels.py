@@ -162,7 +162,7 @@ class StepColumns(NamedTuple):
 class Step(NamedTuple):
     columns: StepColumns
     runs: bool  # a runnable layout with model dims: the peak is defined
-    work: Work  # FLOPs and collective bytes of the step (time.py)
+    work: Work  # FLOPs and collective bytes of the step (step_work.py)
     largest: int  # the largest component of the tensors at the peak (a Component code) ...
     largest_bytes: int  # ... and its bytes (device_terms weighs it against the overhead)
 
@@ -211,7 +211,7 @@ class GpuColumns(NamedTuple):
 class Gpu(NamedTuple):
     columns: GpuColumns
     host_ram_bytes: int  # this GPU's share of its node's RAM (gpus.toml; 0: unknown, not a constraint)
-    rates: Rates  # how fast it computes and communicates (time.py)
+    rates: Rates  # how fast it computes and communicates (gpu_rates.py)
 
 
 @formula

@@ -6,7 +6,7 @@ Example:
         --top 40
 
 The case comes from reference_parallel's list (``--row``) or from ``--json``. Tags name what allocated a buffer
-(distributed.tagging): ``fsdp_unsharded@model.layers.3`` (FSDP2's gathered parameters of that group),
+(buffer_tags.tagging): ``fsdp_unsharded@model.layers.3`` (FSDP2's gathered parameters of that group),
 ``fsdp_all_gather@...``, ``fsdp_reduce_scatter@...``, ``ddp_bucket``, ``pp_recv``, ``collective@<op>``.
 """
 
