@@ -134,11 +134,11 @@ def measured_results(rows: list[dict] | None = None) -> list[dict]:
 
 
 def summary(results: list[dict]) -> dict:
-    """Median and max |error| per group, over the rows memsim is held to (not those only reported: rules of
-    thumb and figures whose configuration the source leaves open)."""
+    """Median and max |error| per group, over the rows memsim is held to and the reported rows a group summarizes
+    (published recipe peaks), not the other reported rows (rules of thumb, figures the source leaves open)."""
     groups = {}
     for r in results:
-        if r["ok"] is not None:
+        if r["ok"] is not None or r.get("summarized"):
             groups.setdefault(r["group"], []).append(abs(r["error_pct"]))
     return {g: {"n": len(v), "median_abs_pct": statistics.median(v), "max_abs_pct": max(v)} for g, v in groups.items()}
 

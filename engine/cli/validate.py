@@ -10,7 +10,8 @@ EXAMPLE = "Example:\n  memsim validate --set measured --markdown"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=["all", "published", "measured", "throughput"], default="all")
+    p.add_argument("--set", choices=["all", "published", "measured", "recipes", "throughput"], default="all",
+                   help="recipes: peaks that training recipes published from real GPUs (reported, not held)")
     p.add_argument("--markdown", action="store_true", help="the README's table")
     p.set_defaults(run=run)
 
@@ -26,6 +27,10 @@ def run(args) -> None:
         results += validate.golden_results()
     if args.set in ("all", "measured"):
         results += validate.measured_results()
+    if args.set in ("all", "recipes"):
+        from engine.checks.recipes_published import recipes_published_results
+
+        results += recipes_published_results()
     if args.set in ("all", "throughput"):
         from engine.checks.throughput.comparison import regressions, throughput_results
 
