@@ -109,6 +109,10 @@ def test_explain_suggests_a_recipe_knob_only_when_it_lowers_the_peak():
                  "8-bit AdamW", "pure bf16", "LoRA r=16", "QLoRA r=16"):
         assert any(change.startswith(knob) for change in long), knob
     assert not any(change.startswith(("the fused optimizer", "the optimizer step in")) for change in long)
+    fsdp2 = {"model": "llama-2-13b", "n_gpus": 8, "zero_stage": 3, "checkpointing": "full", "micro_batch": 4,
+             "gpu": "a100-sxm-40gb"}  # plain autocast over FSDP2's fp32 gathers caches a bf16 copy of every weight
+    assert any(s["change"].startswith("FSDP2 with a MixedPrecisionPolicy")
+               for s in suggestions(fsdp2, evaluate_case(fsdp2), limit=100))
     short = changes(2048)  # the peak is the optimizer step: a fused step and the step in backward lower it
     assert any(c.startswith("the fused optimizer") for c in short)
     assert any(c.startswith("the optimizer step in backward") for c in short)

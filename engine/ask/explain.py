@@ -12,6 +12,7 @@ from engine.inputs.codes import (
     Attn,
     Ckpt,
     Component,
+    Framework,
     Invalid,
     LossImpl,
     Offload,
@@ -127,6 +128,10 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
 def recipe_variants(rec) -> list[tuple[str, dict]]:
     """The training-recipe knobs (CONFIG.md "Training recipe") and cheaper training methods worth trying."""
     out = []
+    if rec.framework == Framework.PYTORCH and rec.zero_stage > 0 and rec.precision in (Precision.AMP_BF16,
+                                                                                        Precision.AMP_FP16):
+        out.append(("FSDP2 with a MixedPrecisionPolicy (16-bit gathers, no autocast weight copies)",
+                    {"framework": "fsdp"}))
     if rec.optimizer_impl != OptimizerImpl.FUSED:
         out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
     if not rec.optimizer_in_backward:
