@@ -5,21 +5,15 @@ import json
 
 import numpy as np
 
+from engine.ask.changes import variants
 from engine.dataset.columns import output_columns
 from engine.errors import UserError
 from engine.inputs.codes import (
     INVALID_REASONS,
-    Attn,
     Ckpt,
     Component,
-    Framework,
     Invalid,
-    LossImpl,
-    Offload,
-    Optimizer,
-    OptimizerImpl,
     Phase,
-    Precision,
     name_of,
 )
 from engine.inputs.resolve import resolve_case
@@ -99,59 +93,6 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
         ("allocator slack", slack),
         ("CUDA context, cuBLAS, NCCL", r["overhead_bytes"]),
     ]
-
-
-def variants(case: dict, rec) -> list[tuple[str, dict]]:
-    """Changes worth trying, each as (what to say, the changed case)."""
-    out = []
-    if rec.zero_stage < 3 and rec.dp * rec.cp > 1:
-        out.append((f"ZeRO stage {rec.zero_stage + 1}", {"zero_stage": rec.zero_stage + 1}))
-    if rec.checkpointing == Ckpt.NONE:
-        out.append(("selective activation recomputation", {"checkpointing": "selective"}))
-    if rec.checkpointing != Ckpt.FULL:
-        out.append(("full activation recomputation", {"checkpointing": "full"}))
-    if rec.attention != Attn.FLASH:
-        out.append(("flash attention", {"attention": "flash"}))
-    if rec.micro_batch > 1:
-        mb = rec.micro_batch // 2
-        out.append((f"micro-batch {mb} (grad_accum x2 keeps the batch)", {"micro_batch": mb, "grad_accum": rec.grad_accum * 2}))
-    if rec.dp % 2 == 0:
-        out.append((f"tensor parallel {rec.tp * 2} on the same GPUs", {"tp": rec.tp * 2, "dp": rec.dp // 2}))
-    if rec.tp > 1 and not rec.sp:
-        out.append(("sequence parallel", {"sp": True}))
-    if rec.zero_stage >= 1 and rec.offload == Offload.NONE:
-        out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
-    out.append((f"{rec.n_gpus * 2} GPUs with ZeRO-3", {"n_gpus": rec.n_gpus * 2, "dp": 0, "zero_stage": 3}))
-    return out + recipe_variants(rec)
-
-
-def recipe_variants(rec) -> list[tuple[str, dict]]:
-    """The training-recipe knobs (CONFIG.md "Training recipe") and cheaper training methods worth trying."""
-    out = []
-    if rec.framework == Framework.PYTORCH and rec.zero_stage > 0 and rec.precision in (Precision.AMP_BF16,
-                                                                                        Precision.AMP_FP16):
-        out.append(("FSDP2 with a MixedPrecisionPolicy (16-bit gathers, no autocast weight copies)",
-                    {"framework": "fsdp"}))
-    if rec.optimizer_impl != OptimizerImpl.FUSED:
-        out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
-    if not rec.optimizer_in_backward:
-        out.append(("the optimizer step in backward (torchtune optimizer_in_bwd)", {"optimizer_in_backward": True}))
-    if rec.loss_impl == LossImpl.STANDARD:
-        out.append(("chunked cross-entropy (torchtune, 8 chunks)", {"loss_impl": "chunked", "loss_chunks": 8}))
-    if rec.loss_impl != LossImpl.FUSED_LINEAR:
-        out.append(("fused linear cross-entropy (Liger, Cut Cross-Entropy)", {"loss_impl": "fused_linear"}))
-    if rec.checkpointing in (Ckpt.NONE, Ckpt.SELECTIVE):
-        out.append(("op-level selective recomputation (torchtitan)", {"checkpointing": "selective_op"}))
-    if not rec.activation_offload:
-        out.append(("activation offload to host RAM", {"activation_offload": True}))
-    if rec.optimizer in (Optimizer.ADAM, Optimizer.ADAMW):
-        out.append(("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"}))
-    if rec.precision in (Precision.FP32, Precision.AMP_BF16, Precision.AMP_FP16):
-        out.append(("pure bf16 (no fp32 master weights)", {"precision": "bf16"}))
-    if rec.lora_rank == 0:
-        out.append(("LoRA r=16 (trains adapters only)", {"lora_rank": 16}))
-        out.append(("QLoRA r=16 (NF4 base, trains adapters only)", {"lora_rank": 16, "base_quant": "nf4"}))
-    return out
 
 
 def try_variants(case: dict, rec) -> list[dict]:
