@@ -196,3 +196,16 @@ def test_uneven_pipeline_splits_are_valid_rows():
     assert [rank_layers(fixed, r) for r in range(4)] == [5, 8, 8, 3] and outputs(fixed)["valid"] == 1
     too_many = config(**llama24, pp=4, n_gpus=4, grad_accum=8, pp_first_layers=20, pp_last_layers=4)
     assert outputs(too_many)["invalid_reason"] == Invalid.PP_LAYERS  # the two middle stages would be empty
+
+
+def test_compile_loss_false_keeps_the_compiled_blocks_and_the_eager_loss():
+    # torchtitan's Dec-2024 train.py left loss_fn eager under training.compile; torchtune upcasts the logits in its
+    # eager output layer: the blocks keep Inductor's saved set, the loss its eager buffers (loss.py).
+    from engine.model.loss import loss_backward_bytes, loss_forward_bytes
+
+    kw = dict(model="llama-3.1-8b", seq_len=4096, attention="flash", precision="bf16")
+    blocks_only, compiled, eager = (config(**kw, compile=True, compile_loss=False), config(**kw, compile=True),
+                                    config(**kw))
+    for loss in (loss_forward_bytes, loss_backward_bytes):
+        assert loss(blocks_only) == loss(eager) > loss(compiled)
+    assert layer_bytes(blocks_only) == layer_bytes(compiled) < layer_bytes(eager)

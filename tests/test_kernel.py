@@ -44,6 +44,7 @@ def random_case(rng) -> dict:
         headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]), capacity_factor=pick([1.0, 1.25, 2.0]),
         optimizer_in_backward=pick([True, False]), loss_chunks=pick([1, 8, 64]), checkpoint_every=pick([1, 2, 3]),
         activation_offload=pick([True, False]), compile=pick([True, False]), loss_parallel=pick([True, False]),
+        compile_loss=pick([True, False]),
     )
     return case
 
@@ -115,6 +116,7 @@ def test_sweep_kernel_equals_the_scalar_path_on_1e5_configurations_across_the_in
         "micro_batch": [1, 2**20], "seq_len": [2048, 2**31], "grad_accum": [1, 2**20], "headroom": [0.0, 0.99],
         "optimizer_impl": list(CHOICES["optimizer_impl"]), "loss_impl": list(CHOICES["loss_impl"]),
         "optimizer_in_backward": [False, True], "activation_offload": [False, True], "compile": [False, True],
+        "compile_loss": [False, True],
         "zero_grad": ["none", "zeros"], "loss_parallel": [False, True], "recipe": ["none", "torchtune-qlora"],
     }
     grid = build_grid(parse_spec({"axes": axes}))

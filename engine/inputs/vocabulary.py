@@ -53,6 +53,7 @@ RECIPE_FIELDS = [
     Field("checkpoint_every", "int", 1, "with checkpointing = full: checkpoint one layer in every n (torchtitan)", low=1, high=2**20),
     Field("activation_offload", "bool", False, "saved activations move to host RAM and come back layer by layer"),
     Field("compile", "bool", False, "torch.compile over the model: fused elementwise kernels keep fewer intermediates"),
+    Field("compile_loss", "bool", True, "with compile: torch.compile covers the loss and its fp32 upcast too (torchtitan's compile.components, the HF Trainer); false: the blocks only (torchtitan before 2025: loss_fn left uncompiled; torchtune's eager fp32 output layer)"),
     Field("zero_grad", codes.ZeroGrad, codes.ZeroGrad.NONE, "none: gradients freed after each step; zeros: kept allocated"),
     Field("loss_parallel", "bool", False, "with tp > 1: the loss runs on vocabulary shards (Megatron always; torchtitan); false: logits gathered (HF tp_plan)"),
 ]

@@ -74,7 +74,7 @@ def loss_forward_bytes(c):
         return fused_linear_forward_bytes(c)
     if fused_kernels(c):
         return logits_bytes(c) + fp32_logits_bytes(c)
-    if c.compile:  # the compiled cross-entropy keeps the 16-bit logits (all chunks') and two fp32 scalars
+    if loss_compiled(c):  # the compiled cross-entropy keeps the 16-bit logits (all chunks') and two fp32 scalars
         return logits_bytes(c) + 8 * local_tokens(c)
     upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
@@ -110,12 +110,21 @@ def loss_backward_bytes(c):
     if c.loss_impl == LossImpl.CHUNKED:
         n = c.loss_chunks
         first_chunk = fp32_logits_bytes(c) + 2 * ceil_div(fp32_logits_bytes(c), n)
-        if c.compile:  # compiled: every chunk's 16-bit logits and the first chunk's 16-bit gradient
+        if loss_compiled(c):  # compiled: every chunk's 16-bit logits and the first chunk's 16-bit gradient
             first_chunk = logits_bytes(c) + ceil_div(logits_bytes(c), n)
         weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
         all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
     return 3 * fp32_logits_bytes(c)
+
+
+@formula
+def loss_compiled(c):
+    """torch.compile covers the loss with its fp32 upcast (compile and compile_loss). torchtitan compiles its loss
+    with the blocks since torchtitan/components/loss.py (build_cross_entropy_loss); before 2025 its train.py left
+    loss_fn eager ("TODO: compiling loss function causes CUDA errors"), and torchtune's decoder upcasts the
+    logits in its eager output layer (`self.output(h).float()`), outside what it compiles."""
+    return c.compile and c.compile_loss
 
 
 @formula
@@ -127,7 +136,7 @@ def compiled_loss(c):
     materialize the fp32 copy nor the log-probs; the forward keeps the 16-bit logits and two fp32 scalars per
     token (max, log-sum-exp), and the backward's fused kernel writes one 16-bit gradient of the logits beside
     them. Buffers inside the kernels are not known without running Inductor's code."""
-    return c.compile and c.loss_impl == LossImpl.STANDARD
+    return loss_compiled(c) and c.loss_impl == LossImpl.STANDARD
 
 
 @formula
@@ -176,6 +185,6 @@ def pipeline_kept_loss_bytes(c, microbatches):
     if c.pp == 1 or not FRAMEWORK_TORCH_PIPELINING[c.framework] or not has_dims(c) or not c.lm_head:
         return 0
     kept = microbatches * logits_bytes(c)
-    if c.loss_impl == LossImpl.STANDARD and not c.compile:
+    if c.loss_impl == LossImpl.STANDARD and not loss_compiled(c):
         kept += (microbatches - 1) * fp32_logits_bytes(c)
     return kept
