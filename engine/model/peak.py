@@ -92,8 +92,10 @@ def pageable_bytes(c, r):
 def stage_share(c, rank, x):
     """x, the most loaded pipeline rank's bytes of a state-sized quantity, for `rank`: in proportion to the
     parameters the rank holds (states, casts, step buffers and buckets are per parameter)."""
+    if c.pp == 1:
+        return x
     most = stage_nonexpert_params(c)
-    if c.pp == 1 or most == 0:
+    if most == 0:
         return x
     return int(x * (rank_nonexpert_params(c, rank) / most))
 
