@@ -9,6 +9,7 @@ disk) are marked slow.
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -131,14 +132,34 @@ def test_a_stray_part_of_another_layout_is_not_read(memsim, spec, four, tmp_path
     assert code == 0 and row["configurations"] == TOTAL  # not TOTAL twice
 
 
-def test_a_damaged_manifest_is_one_line_everywhere(memsim, spec, four):
-    (four / "_memsim.json").write_text('{"total": ')
+@pytest.mark.parametrize("damage", ['{"total": ', '["not", "an", "object"]', *[
+    pytest.param(d, marks=pytest.mark.slow) for d in ('"total": 1e400', '"total": "120"', '"total": -5',
+                                                      '"n_shards": 1e400', '"n_shards": 4.0', '"spec_digest": null')]])
+def test_a_damaged_manifest_is_one_line_everywhere(memsim, spec, four, damage):
+    manifest = four / "_memsim.json"
+    if damage.startswith('"'):  # one field of a good manifest replaced
+        key = damage.split(":")[0]
+        manifest.write_text(re.sub(key + r": [^,\n]*", damage, manifest.read_text()))
+        assert damage in manifest.read_text()
+    else:
+        manifest.write_text(damage)
     for argv in (["query", "summary", "--sweep", four], ["sql", "SELECT 1", "--sweep", four], ["verify", four],
                  ["sweep", spec, "--shard", "0/4", "-o", four, "--quiet"]):
         code, _, err = memsim(*argv)
-        assert one_line_error(code, err), (argv, err)
-    (four / "_memsim.json").write_text('["not", "an", "object"]')
-    assert one_line_error(*summary(memsim, four)[::2])
+        assert one_line_error(code, err) and "damaged" in err, (argv, err)
+
+
+@pytest.mark.parametrize("table", [{"x": [1]}, pytest.param({"index": ["a", "b"]}, marks=pytest.mark.slow)])
+def test_a_part_file_memsim_did_not_write_is_named_not_a_traceback(memsim, four, table):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(table), four / "part-00001-of-00004.parquet")
+    code, report, err = memsim("verify", four)
+    assert one_line_error(code, err) and "shard 1/4" in report and "no integer index column" in report
+    assert "re-run:\nmemsim sweep" in report and "--valid-only" not in report
+    code, _, err = summary(memsim, four)
+    assert one_line_error(code, err) and "1/4" in err
 
 
 @pytest.mark.slow
@@ -335,7 +356,12 @@ def test_a_killed_writer_leaves_a_temporary_that_verify_names_and_the_rerun_remo
 # --- read-only SQL --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sql", ["COPY (SELECT 1) TO '{part}' (USE_TMP_FILE false)", "ATTACH '{dir}/x.db' AS x",
+                                 "EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{part}' (FORMAT parquet, USE_TMP_FILE false)",
                                  *[pytest.param(sql, marks=pytest.mark.slow) for sql in (
+                                     ("/* a comment */ explain -- and another\n analyse COPY (SELECT 1 AS x) TO '{part}' "
+                                      "(FORMAT parquet, USE_TMP_FILE false)"),
+                                     "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1) TO '{dir}/x.csv' (USE_TMP_FILE false)",
+                                     "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
                                      "COPY (SELECT 1) TO '{dir}/x.csv'", "INSTALL httpfs", "LOAD httpfs",
                                      "SELECT * FROM read_csv('/etc/passwd')", "SET enable_external_access = true",
                                      "CREATE TABLE t AS SELECT 1", "SELECT 1; COPY (SELECT 1) TO '{dir}/x.csv'",
@@ -352,6 +378,8 @@ def test_read_only_sql_still_answers(memsim, four):
     code, out, _ = memsim("sql", "SELECT count(*) AS n FROM sweep JOIN gpus USING (gpu)", "--sweep", four,
                           "--read-only", "--format", "csv")
     assert (code, out) == (0, f"n\n{TOTAL}\n")
+    for explain in ("EXPLAIN SELECT count(*) FROM sweep", "EXPLAIN ANALYZE SELECT count(*) FROM sweep"):
+        assert memsim("sql", explain, "--sweep", four, "--read-only")[0] == 0
 
 
 def test_named_queries_run_read_only(memsim, four, tmp_path, monkeypatch):
@@ -375,6 +403,9 @@ def test_ctrl_c_inside_a_duckdb_query_is_one_line(tmp_path, sig, code):
     assert proc.poll() is None
     t0 = time.monotonic()
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:  # a query the signal did not stop would run on for an hour on every core
+        proc.kill()
     assert proc.returncode == code and err.count("\n") == 1 and "Traceback" not in err, err
     assert time.monotonic() - t0 < 10

@@ -308,6 +308,12 @@ def test_boolean_params_accept_the_usual_spellings(text, value):
     assert convert(Param("sp", "BOOLEAN", "sequence parallel", True), text, "q") is value
 
 
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+def test_a_double_param_refuses_a_number_that_is_not_finite(text):
+    with pytest.raises(UserError, match="takes a DOUBLE"):
+        convert(Param("tokens", "DOUBLE", "tokens to train", True), text, "q")
+
+
 def test_a_bigint_param_refuses_a_fraction():
     with pytest.raises(UserError, match="takes a BIGINT"):
         convert(Param("n_gpus", "BIGINT", "GPU count", True), "2.5", "q")
@@ -323,6 +329,10 @@ BAD_INPUT = [
     (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8"], "did you mean: llama-3.1-8b"),
     (["query", "fits", "--sweep", "{sweep}", "--param", "model"], "--param takes name=value"),
     (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "limit=-1"], "query fits failed: Binder Error"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", f"limit={2**63}"],
+     "$limit takes a BIGINT"),
+    (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=nan"], "$tokens takes a DOUBLE"),
+    (["query", "cheapest_fleet", "--sweep", "{sweep}", "--param", "tokens=1e400"], "$tokens takes a DOUBLE"),
     (["query", "summary", "--sweep", "{empty}"], "is not a memsim sweep directory"),
     (["query", "summary"], "add --sweep DIR"),
     (["query", "summary", "--sweep", "{sweep}", "--format", "parquet"], "add -o FILE.parquet"),

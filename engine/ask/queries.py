@@ -19,6 +19,7 @@ not group by take their best value; `headroom_gib` is memory free at the peak (c
 """
 
 import difflib
+import math
 import re
 import threading
 from dataclasses import dataclass
@@ -137,9 +138,12 @@ def convert(param: Param, value, query: str):
         if param.type == "BIGINT":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
-            return int(value.replace("_", "")) if isinstance(value, str) else int(value)
+            number = int(value.replace("_", "")) if isinstance(value, str) else int(value)
+            if not -(2**63) <= number < 2**63:  # DuckDB's BIGINT
+                raise ValueError
+            return number
         if param.type == "DOUBLE":
-            if isinstance(value, bool):
+            if isinstance(value, bool) or not math.isfinite(float(value)):  # nan tokens train in nan days
                 raise ValueError
             return float(value)
         if param.type == "BOOLEAN":
@@ -149,7 +153,7 @@ def convert(param: Param, value, query: str):
             if text not in _TRUE | _FALSE:
                 raise ValueError
             return text in _TRUE
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UserError(f"query {query}: ${param.name} takes a {param.type}, got {value!r} (${param.name}: {param.meaning})") from None
     return catalog_key(param.name, str(value))
 
@@ -204,9 +208,35 @@ def check_statements(con: duckdb.DuckDBPyConnection, sql: str, what: str) -> Non
     except duckdb.Error as err:
         raise UserError(f"{what} failed: {first_line(err)}") from None
     for statement in statements:
-        if statement.type.name not in READ_ONLY_STATEMENTS:
-            raise UserError(f"{what}: a {statement.type.name} statement is not allowed in read-only mode "
+        kind = statement.type.name
+        if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it explains: that statement must be a SELECT too
+            explained = explained_statement(statement.query)
+            kind = "EXPLAIN of a statement that is not a SELECT"
+            if explained is not None:
+                check_statements(con, explained, what)
+                continue
+        if kind not in READ_ONLY_STATEMENTS:
+            raise UserError(f"{what}: a {kind} statement is not allowed in read-only mode "
                             f"(only {' and '.join(sorted(READ_ONLY_STATEMENTS))} run: no file writes, ATTACH or extensions)")
+
+
+def explained_statement(sql: str) -> str | None:
+    """The statement an EXPLAIN statement wraps (after ANALYZE or an options list), None when none is found."""
+    starts = duckdb.tokenize(sql)
+    ends = [pos for pos, _ in starts[1:]] + [len(sql)]
+    words = [(pos, sql[pos:end].strip().upper()) for (pos, kind), end in zip(starts, ends)
+             if kind != duckdb.token_type.comment]  # words[0] is EXPLAIN
+    i = 1
+    if i < len(words) and words[i][1] in ("ANALYZE", "ANALYSE"):
+        i += 1
+    elif i < len(words) and words[i][1] == "(":  # EXPLAIN (ANALYZE, FORMAT json) ...
+        depth = 0
+        while i < len(words):
+            depth += {"(": 1, ")": -1}.get(words[i][1], 0)
+            i += 1
+            if depth == 0:
+                break
+    return sql[words[i][0]:] if i < len(words) else None
 
 
 def interruptible(con: duckdb.DuckDBPyConnection, work):
@@ -264,75 +294,3 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
         return interruptible(con, work)
     except duckdb.Error as err:
         raise UserError(f"SQL failed: {first_line(err)}") from None
-
-
-# --- what `memsim query` and `memsim sql` print or write ------------------------------------------------
-
-FORMATS = ("table", "csv", "json", "parquet")
-TABLE_ROWS = 200  # a longer result prints its first and last rows; -o FILE keeps them all
-
-
-def parse_params(pairs: list[str] | None) -> dict[str, str]:
-    """`--param name=value` pairs as a dict of text values (run_query types them)."""
-    params = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        name = name.strip().lstrip("$")
-        if not sep or not name:
-            raise UserError(f"--param takes name=value (e.g. --param n_gpus=8), got {pair!r}")
-        if name in params:
-            raise UserError(f"--param {name} is given twice")
-        params[name] = value
-    return params
-
-
-def output_format(fmt: str | None, path: str | None) -> str:
-    """The --format given, else the output file's suffix, else a table."""
-    if fmt is None and path:
-        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
-        fmt = suffix if suffix in FORMATS[1:] else "table"
-    fmt = fmt or "table"
-    if fmt == "parquet" and not path:
-        raise UserError("--format parquet writes a file: add -o FILE.parquet")
-    return fmt
-
-
-def render_table(rows: pl.DataFrame) -> str:
-    """Aligned text: every column, numbers right-aligned, GiB to 2 decimals, long results elided in the middle."""
-    shown = rows.height if rows.height <= TABLE_ROWS else 40
-    with pl.Config(tbl_rows=shown, tbl_cols=-1, tbl_width_chars=65_000, fmt_str_lengths=200,
-                   tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True, float_precision=2,
-                   tbl_cell_numeric_alignment="RIGHT", tbl_formatting="UTF8_FULL_CONDENSED"):
-        text = str(rows)
-    return f"{text}\n{rows.height:,} row{'s' if rows.height != 1 else ''}"
-
-
-def render(rows: pl.DataFrame, fmt: str) -> str:
-    if fmt == "csv":
-        return rows.write_csv()
-    if fmt == "json":
-        return rows.write_json() + "\n"
-    return render_table(rows) + "\n"
-
-
-def write_parquet(rows: pl.DataFrame, path) -> None:
-    try:
-        rows.write_parquet(path)
-    except pl.exceptions.ComputeError as err:  # polars reports a failed write (a full disk) as this
-        raise OSError(first_line(err)) from None
-
-
-def emit(rows: pl.DataFrame, fmt: str | None, path: str | None) -> None:
-    """Print the rows in the format asked, or write them atomically to `path` and say so."""
-    from engine.atomic import write_atomic
-
-    fmt = output_format(fmt, path)
-    if path is None:
-        print(render(rows, fmt), end="")
-        return
-    if fmt == "parquet":
-        write_atomic(path, lambda tmp: write_parquet(rows, tmp))
-    else:
-        text = render(rows, fmt)
-        write_atomic(path, lambda tmp: tmp.write_text(text))
-    print(f"{rows.height:,} rows ({fmt}) -> {path}")

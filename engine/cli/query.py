@@ -2,8 +2,12 @@
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from engine.errors import UserError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 QUERY_HELP = "run a named question from queries/ over a sweep (--list shows them)"
 QUERY_EXAMPLE = """Example:
@@ -80,7 +84,7 @@ def note(text: str) -> None:
 
 
 def run_query(args) -> None:
-    from engine.ask.queries import emit, parse_params, read_query, run_query
+    from engine.ask.queries import read_query, run_query
 
     if args.list:
         return list_queries(args.name)
@@ -98,10 +102,86 @@ def run_query(args) -> None:
 
 
 def run_sql(args) -> None:
-    from engine.ask.queries import emit, run_sql
+    from engine.ask.queries import run_sql
 
     con = open_sweep(args, read_only=args.read_only)
     try:
         emit(run_sql(con, args.sql), args.format, args.output)
     finally:
         con.close()
+
+
+# --- what `memsim query` and `memsim sql` print or write ---------------------------------------------------
+
+FORMATS = ("table", "csv", "json", "parquet")
+TABLE_ROWS = 200  # a longer result prints its first and last rows; -o FILE keeps them all
+
+
+def parse_params(pairs: list[str] | None) -> dict[str, str]:
+    """`--param name=value` pairs as a dict of text values (run_query types them)."""
+    params = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        name = name.strip().lstrip("$")
+        if not sep or not name:
+            raise UserError(f"--param takes name=value (e.g. --param n_gpus=8), got {pair!r}")
+        if name in params:
+            raise UserError(f"--param {name} is given twice")
+        params[name] = value
+    return params
+
+
+def output_format(fmt: str | None, path: str | None) -> str:
+    """The --format given, else the output file's suffix, else a table."""
+    if fmt is None and path:
+        suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+        fmt = suffix if suffix in FORMATS[1:] else "table"
+    fmt = fmt or "table"
+    if fmt == "parquet" and not path:
+        raise UserError("--format parquet writes a file: add -o FILE.parquet")
+    return fmt
+
+
+def render_table(rows: "pl.DataFrame") -> str:
+    """Aligned text: every column, numbers right-aligned, GiB to 2 decimals, long results elided in the middle."""
+    import polars as pl
+
+    shown = rows.height if rows.height <= TABLE_ROWS else 40
+    with pl.Config(tbl_rows=shown, tbl_cols=-1, tbl_width_chars=65_000, fmt_str_lengths=200,
+                   tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True, float_precision=2,
+                   tbl_cell_numeric_alignment="RIGHT", tbl_formatting="UTF8_FULL_CONDENSED"):
+        text = str(rows)
+    return f"{text}\n{rows.height:,} row{'s' if rows.height != 1 else ''}"
+
+
+def render(rows: "pl.DataFrame", fmt: str) -> str:
+    if fmt == "csv":
+        return rows.write_csv()
+    if fmt == "json":
+        return rows.write_json() + "\n"
+    return render_table(rows) + "\n"
+
+
+def write_parquet(rows: "pl.DataFrame", path) -> None:
+    import polars as pl
+
+    try:
+        rows.write_parquet(path)
+    except pl.exceptions.ComputeError as err:  # polars reports a failed write (a full disk) as this
+        raise OSError(str(err).strip().splitlines()[0] if str(err).strip() else 'write failed') from None
+
+
+def emit(rows: "pl.DataFrame", fmt: str | None, path: str | None) -> None:
+    """Print the rows in the format asked, or write them atomically to `path` and say so."""
+    from engine.atomic import write_atomic
+
+    fmt = output_format(fmt, path)
+    if path is None:
+        print(render(rows, fmt), end="")
+        return
+    if fmt == "parquet":
+        write_atomic(path, lambda tmp: write_parquet(rows, tmp))
+    else:
+        text = render(rows, fmt)
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+    print(f"{rows.height:,} rows ({fmt}) -> {path}")

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.store import (
     MANIFEST,
+    check_manifest,
     check_shard_count,
     marker_path,
     part_name,
@@ -78,7 +79,14 @@ def read_json(fs: pafs.FileSystem, path: str) -> dict | None:
 
 def prepare_remote(fs: pafs.FileSystem, base: str, grid, n_shards: int, force: bool) -> dict:
     """prepare_dataset for an object store: refuse another spec's dataset, then publish manifest and spec."""
-    old = read_json(fs, f"{base}/{MANIFEST}")
+    try:
+        old = read_json(fs, f"{base}/{MANIFEST}")
+        old = None if old is None else check_manifest(old)
+    except (OSError, ValueError, TypeError) as err:
+        if not force:
+            raise UserError(f"{base}/{MANIFEST} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a new "
+                            "location, or with --force to replace it") from None
+        old = {}
     same = old is None or (old.get("spec_digest") == spec_digest(grid) and old.get("n_shards") == n_shards)
     if not same and not force:
         raise UserError(f"{base} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
@@ -176,8 +184,8 @@ def render_plan(spec_path, grid, keep: str, plans: list[ShardPlan], out: str | N
     out = out or "DIR"
     flags = KEEP_FLAGS[keep]
     rows_note = {"all": "all rows", "valid": "valid rows only", "feasible": "feasible rows only"}[keep]
-    lines = [f"{grid.spec.title}: {grid.total:,} configurations in {n} shard{'s' * (n != 1)} "
-             f"({rows_note}, spec digest {spec_digest(grid)})",
+    lines = [(f"{grid.spec.title}: {grid.total:,} configurations in {n} shard{'s' * (n != 1)} "
+              f"({rows_note}, spec digest {spec_digest(grid)})"),
              f"{'shard':>13}  {'index range':>31}  {'configs':>15}  {'expected':>11}"]
     shown = plans if n <= 64 else plans[:32] + [None] + plans[-32:]
     for p in shown:

@@ -75,14 +75,22 @@ def read_manifest(out_dir: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text())
-        if not isinstance(manifest, dict):
-            raise ValueError("not a JSON object")
-        int(manifest["total"]), str(manifest["spec_digest"])
-        check_shard_count(int(manifest["n_shards"]))
-    except (OSError, ValueError, KeyError, TypeError, UserError) as err:
+        return check_manifest(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as err:
         raise UserError(f"{path} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a new directory, "
                         "or with --force to replace it") from None
+
+
+def check_manifest(manifest) -> dict:
+    """The manifest, if its fields have the types a sweep writes; else TypeError or ValueError saying which not."""
+    if not isinstance(manifest, dict):
+        raise TypeError("not a JSON object")
+    for key, low, high in (("total", 0, 2**62), ("n_shards", 1, MAX_SHARDS)):
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{key} must be an integer from {low:,} to {high:,}, got {value!r:.40}")
+    if not isinstance(manifest.get("spec_digest"), str):
+        raise TypeError(f"spec_digest must be text, got {manifest.get('spec_digest')!r:.40}")
     return manifest
 
 
@@ -261,7 +269,7 @@ class PartWriter:
     def abort(self) -> None:
         try:
             self.writer.close()
-        except Exception:  # the writer may be mid-failure; the file goes either way
+        except Exception:  # noqa: BLE001, S110 (the writer may be mid-failure; the file goes either way)
             pass
         self.tmp.unlink(missing_ok=True)
 

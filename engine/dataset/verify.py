@@ -18,7 +18,16 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, is_local, read_json
-from engine.dataset.store import MANIFEST, MAX_SHARDS, Busy, lock_path, locked, marker_path, part_name, spec_digest
+from engine.dataset.store import (
+    MANIFEST,
+    Busy,
+    check_manifest,
+    lock_path,
+    locked,
+    marker_path,
+    part_name,
+    spec_digest,
+)
 from engine.dataset.sweep import shard_range
 from engine.errors import UserError
 from engine.inputs.grid import build_grid
@@ -119,17 +128,21 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
             pf = pq.ParquetFile(f)
             meta = json.loads((pf.schema_arrow.metadata or {}).get(b"memsim", b"{}"))
             if not isinstance(meta, dict):
-                raise ValueError("its memsim metadata is not a JSON object")
+                raise TypeError("its memsim metadata is not a JSON object")
             if meta.get("spec_digest") != digest:
                 say(f"the part file has spec digest {meta.get('spec_digest')}, the dataset {digest} (a shard of another spec)")
             if meta.get("shard") != check.shard or meta.get("range") != [lo, hi]:
                 say(f"the part file says shard {meta.get('shard')} range {meta.get('range')}, expected [{lo}, {hi})")
-            check.keep = meta.get("keep") or ("all" if pf.metadata.num_rows == hi - lo else "valid")
+            index = pf.schema_arrow.field("index") if "index" in pf.schema_arrow.names else None
+            if index is None or not pa.types.is_integer(index.type):
+                return say("the part file has no integer index column (not a part memsim wrote)")
+            keep = meta.get("keep")  # all, valid or feasible (engine/dataset/sweep.py); an older part has none
+            check.keep = keep if keep in KEEP_FLAGS else "all" if pf.metadata.num_rows == hi - lo else "valid"
             if pf.metadata.num_rows != marker.get("rows"):
                 say(f"the part file has {pf.metadata.num_rows:,} rows, its marker says {marker.get('rows')}")
             check.rows, problems = check_index(pf, lo, hi, check.keep)
             check.problems.extend(problems)
-    except (pa.ArrowException, OSError, ValueError) as err:
+    except (pa.ArrowException, OSError, ValueError, TypeError) as err:
         say(f"the part file is unreadable (truncated or corrupt): {str(err).splitlines()[0][:160]}")
 
 
@@ -139,15 +152,14 @@ def verify_dataset(uri: str | Path) -> Verification:
     try:
         manifest = read_json(fs, f"{base}/{MANIFEST}")
     except (OSError, ValueError) as err:
-        raise UserError(f"cannot read {uri}/{MANIFEST}: {err}") from None
+        raise UserError(f"cannot read {uri}/{MANIFEST}: {str(err).splitlines()[0][:120]}") from None
     if manifest is None:
         raise UserError(f"{uri} is not a memsim sweep dataset (no {MANIFEST}); run `memsim sweep SPEC -o {uri}` first")
     try:
-        total, n, digest = int(manifest["total"]), int(manifest["n_shards"]), str(manifest["spec_digest"])
-        if total < 0 or not 1 <= n <= MAX_SHARDS:
-            raise ValueError(f"total {total}, {n} shards")
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"{uri}/{MANIFEST} is damaged (bad or missing {err}): re-sweep the dataset") from None
+        check_manifest(manifest)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{uri}/{MANIFEST} is damaged ({err}): re-sweep the dataset") from None
+    total, n, digest = manifest["total"], manifest["n_shards"], manifest["spec_digest"]
     shards = [ShardCheck(k, *shard_range(total, k, n)) for k in range(n)]
     top, markers = list_dataset(fs, base)
     stray, notes, halves = [], [], {}
@@ -200,8 +212,8 @@ def spec_notes(fs, base: str, digest: str) -> list[str]:
     except (UserError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         return [f"the dataset's _spec.toml does not build here ({err}); re-run shards with the memsim that wrote it"]
     if here != digest:
-        return [f"this memsim and catalogs give spec digest {here}, the dataset was written with {digest}: "
-                "re-run shards with the memsim version and catalogs that wrote it"]
+        return [(f"this memsim and catalogs give spec digest {here}, the dataset was written with {digest}: "
+                 "re-run shards with the memsim version and catalogs that wrote it")]
     return []
 
 
