@@ -87,3 +87,27 @@ def per_layer(records: list[Alloc]) -> dict[int | None, dict[tuple[str, str, str
     for r in records:
         out[r.layer][(r.module, r.op, r.dtype)] += r.nbytes
     return out
+
+
+def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int], saved: list[Alloc],
+                     n_params: int, trainable_params: int) -> dict:
+    """The ``measured_*`` columns of one measured step: its allocated peak, what is alive then by role, the saved
+    activations, and the op that allocated the peak's last block (none: the step's start was its peak)."""
+    peak_bytes, tick = peak(lb, start, end)
+    born = next(r for r in lb.records if r.born == tick) if tick != start else None
+    return {
+        "measured_allocated_peak_bytes": peak_bytes,
+        "measured_allocated_rounded_bytes": peak(lb, start, end, rounded=True)[0],
+        "measured_weight_bytes": parts["weights"],
+        "measured_grad_bytes": parts["grads"],
+        "measured_optimizer_bytes": parts["optimizer"],
+        "measured_activation_bytes": parts["activations"],
+        "measured_temp_bytes": parts["temp"] + parts["weight_casts"],
+        "measured_weight_cast_bytes": parts["weight_casts"],
+        "measured_saved_activation_bytes": sum(r.nbytes for r in saved),
+        "measured_peak_phase": PHASE_OF[born.phase] if born else "optimizer",
+        "measured_peak_op": born.op if born else "",
+        "measured_n_params": n_params,
+        "measured_trainable_params": trainable_params,
+        "measured_reserved_peak_bytes": None,
+    }

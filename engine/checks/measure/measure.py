@@ -107,27 +107,11 @@ def summarize(lb: LiveBytes, roles: dict[str, set[int]], model: torch.nn.Module)
     """The ``measured_*`` columns for the measured step of a logged run."""
     s = MEASURED_STEP
     start, end = lb.marks[f"step{s}"], lb.marks[f"end{s}"]
-    peak, tick = breakdown.peak(lb, start, end)
-    at_peak = breakdown.alive_at(lb, tick)
-    parts = breakdown.classify(at_peak, lb, roles, s)
-    born = next(r for r in lb.records if r.born == tick) if tick != start else None
-    saved = breakdown.saved_for_backward(lb, roles, s)
-    return {
-        "measured_allocated_peak_bytes": peak,
-        "measured_allocated_rounded_bytes": breakdown.peak(lb, start, end, rounded=True)[0],
-        "measured_weight_bytes": parts["weights"],
-        "measured_grad_bytes": parts["grads"],
-        "measured_optimizer_bytes": parts["optimizer"],
-        "measured_activation_bytes": parts["activations"],
-        "measured_temp_bytes": parts["temp"] + parts["weight_casts"],
-        "measured_weight_cast_bytes": parts["weight_casts"],
-        "measured_saved_activation_bytes": sum(r.nbytes for r in saved),
-        "measured_peak_phase": breakdown.PHASE_OF[born.phase] if born else "optimizer",
-        "measured_peak_op": born.op if born else "",
-        "measured_n_params": sum(p.numel() for p in model.parameters()),
-        "measured_trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "measured_reserved_peak_bytes": None,
-    }
+    tick = breakdown.peak(lb, start, end)[1]
+    parts = breakdown.classify(breakdown.alive_at(lb, tick), lb, roles, s)
+    params = list(model.parameters())
+    return breakdown.measured_columns(lb, start, end, parts, breakdown.saved_for_backward(lb, roles, s),
+                                      sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad))
 
 
 def measure_case(case: dict, device: str = "fake") -> dict:

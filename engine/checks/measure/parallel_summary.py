@@ -49,27 +49,10 @@ def summarize(run: Run, c: dict) -> dict:
     """The ``measured_*`` columns of ``measure.summarize`` for the measured step, plus the rank's anatomy."""
     lb, roles, s = run.lb, run.roles, MEASURED_STEP
     start, end = lb.marks[f"step{s}"], lb.marks[f"end{s}"]
-    peak, tick = breakdown.peak(lb, start, end)
+    tick = breakdown.peak(lb, start, end)[1]
     at_peak = breakdown.alive_at(lb, tick)
-    parts = classify(at_peak, run)
-    born = next(r for r in lb.records if r.born == tick) if tick != start else None
     saved = [r for r in breakdown.saved_for_backward(lb, roles, s) if role(r, run) == "activations"]
-    out = {
-        "measured_allocated_peak_bytes": peak,
-        "measured_allocated_rounded_bytes": breakdown.peak(lb, start, end, rounded=True)[0],
-        "measured_weight_bytes": parts["weights"],
-        "measured_grad_bytes": parts["grads"],
-        "measured_optimizer_bytes": parts["optimizer"],
-        "measured_activation_bytes": parts["activations"],
-        "measured_temp_bytes": parts["temp"] + parts["weight_casts"],
-        "measured_weight_cast_bytes": parts["weight_casts"],
-        "measured_saved_activation_bytes": sum(r.nbytes for r in saved),
-        "measured_peak_phase": breakdown.PHASE_OF[born.phase] if born else "optimizer",
-        "measured_peak_op": born.op if born else "",
-        "measured_n_params": run.n_params,
-        "measured_trainable_params": run.n_params,
-        "measured_reserved_peak_bytes": None,
-    }
+    out = breakdown.measured_columns(lb, start, end, classify(at_peak, run), saved, run.n_params, run.n_params)
     return out | anatomy(run, c, at_peak, tick)
 
 
