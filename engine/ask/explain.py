@@ -127,6 +127,11 @@ def plan(case: dict, result: dict, max_steps: int = 5) -> list[dict]:
     return steps
 
 
+def too_large(result: dict) -> bool:
+    """A row whose counts exceed 2^62: nothing about it is counted (int64 would wrap)."""
+    return result["invalid_reason"] == Invalid.TOO_LARGE
+
+
 def summary_line(result: dict) -> str:
     rec = result["record"]
     layout = f"dp {rec.dp}, tp {rec.tp}, pp {rec.pp}" + (f", cp {rec.cp}" if rec.cp > 1 else "") + (f", ep {rec.ep}" if rec.ep > 1 else "")
@@ -143,7 +148,7 @@ def summary_line(result: dict) -> str:
     if rec.capacity_bytes != catalog.resolve_gpu(gpu)["hbm_bytes"]:  # --gpu-memory: a card the catalog lacks
         gpu += f" resized to {rec.capacity_bytes / GIB:.1f} GiB"
     return (
-        f"{result['model']} ({param_count(rec) / 1e9:.2f}B params) on {rec.n_gpus} x {gpu} ({layout}); "
+        f"{result['model']} ({'too many' if too_large(result) else format(param_count(rec) / 1e9, '.2f') + 'B'} params) on {rec.n_gpus} x {gpu} ({layout}); "
         f"{', '.join(method)}; micro-batch {rec.micro_batch}, seq {rec.seq_len}"
     )
 
@@ -177,7 +182,7 @@ def explain(case: dict) -> dict:
         "margin_bytes": usable - r["device_peak_bytes"],
         "host_bytes": r["host_bytes"],
         "host_ram_bytes": int(host_ram_per_gpu(rec)),  # what one GPU of the job may fill on its node (0: unknown)
-        "trainable_params_per_gpu": int(trainable_params_per_gpu(rec)),
+        "trainable_params_per_gpu": None if too_large(r) else int(trainable_params_per_gpu(rec)),
         **price_basis(case, r["gpu"], rec),
     }
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
@@ -235,7 +240,7 @@ def time_line(out: dict, price: dict) -> str:
         cost = (f"${out['cost_per_mtok']:.2f} per million tokens "
                 f"(${price['usd_per_gpu_hour']:.2f}/GPU-hour, {source}{dated})")
     return (f"step {out['step_time_s']:.2f} s, {out['tokens_per_gpu_s']:,.0f} tokens/s per GPU, "
-            f"MFU {100 * out['mfu']:.0f}%, {cost}")
+            f"MFU {'n/a' if out['mfu'] is None else format(100 * out['mfu'], '.0f') + '%'}, {cost}")
 
 
 def verdict(step: dict) -> str:

@@ -190,7 +190,7 @@ def build_grid(spec: Spec) -> Grid:
         axes = [merged if a.name == members[0] else a for a in axes if a.name not in members[1:]]
     read_by = level_of_fields()
     for axis in axes:
-        axis.level = min((read_by.get(f, "device") for f in axis.fields), key=LEVELS.index)
+        axis.level = min((read_by.get(f, "device") for f in axis.fields), key=LEVELS.index, default="device")
     ordered = [a for level in LEVELS for a in axes if a.level == level]  # stable: spec order within a level
     dp_mode = (1 if "dp" in spec.axes else 0) + (1 if "dp" in spec.axes and "n_gpus" in spec.axes else 0)
     grid = Grid(spec, ordered, words(empty_records(1)[0]), dp_mode)
