@@ -201,8 +201,6 @@ def test_a_link_that_repeats_a_combination_is_refused():
         build_grid(parse_spec(tomllib.loads(text), text))
 
 
-@pytest.mark.xfail(strict=True, raises=UserError,
-                   reason="engine/dataset/columns.py does not yet write Axis.columns (issue #14): spec.LINKS_WRITTEN")
 def test_a_linked_sweep_writes_each_linked_input_as_a_column(tmp_path):
     spec = spec_file(tmp_path, LINKED.removeprefix("[axes]\n"))
     run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)

@@ -91,6 +91,18 @@ def kept_rows(chunk: Chunk, keep: str) -> np.ndarray | None:
     return np.flatnonzero(mask)
 
 
+def label_column(labels: list, digits: np.ndarray) -> pa.Array:
+    """An axis column: booleans as booleans, anything else dictionary-encoded in the axis' order (a linked input may
+    repeat a value: its dictionary holds each value once)."""
+    if isinstance(labels[0], bool):
+        return pa.array(np.array(labels)[digits])
+    values = list(dict.fromkeys(labels))
+    if len(values) == len(labels):
+        return pa.DictionaryArray.from_arrays(pa.array(digits), pa.array(labels))
+    code = np.array([values.index(v) for v in labels], dtype=digits.dtype)
+    return pa.DictionaryArray.from_arrays(pa.array(code[digits]), pa.array(values))
+
+
 def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Table:
     """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
     (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
@@ -98,10 +110,8 @@ def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Ta
     index = np.arange(chunk.start, chunk.start + chunk.count, dtype=np.int64)
     columns = {"index": pa.array(index if rows is None else index[rows])}
     for axis, digits in zip(chunk.grid.axes, axis_digits(chunk, rows)):
-        if isinstance(axis.labels[0], bool):
-            columns[axis.name] = pa.array(np.array(axis.labels)[digits])
-        else:
-            columns[axis.name] = pa.DictionaryArray.from_arrays(pa.array(digits), pa.array(axis.labels))
+        for name, labels in axis.columns:  # a linked axis ([link]) writes each input it links
+            columns[name] = label_column(labels, digits)
     names_ = COMPACT_OUTPUTS if compact else OUTPUTS
     wanted = [n for n in ("dp", "n_gpus") if n not in columns] + names_
     values = {n: chunk.values(n, rows) for n in wanted}

@@ -138,7 +138,7 @@ class ChunkWriter:
     def _write(self, chunk):
         table = chunk_table(chunk, self.keep, self.compact)
         if self.part is None:
-            axes = [a.name for a in self.kernel.grid.axes]
+            axes = [name for a in self.kernel.grid.axes for name, _ in a.columns]
             self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression, axes)
         self.part.write(table)
 

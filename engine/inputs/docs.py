@@ -46,8 +46,7 @@ SPEC_TABLE_HELP = {
             "tag. Every input left out takes its default. Model dimensions are not axes: sweep models through `model`",
     "link": "group name -> two or more axes of `[axes]` that move together: value i of each goes with value i of "
             "the others (a zip, not a product), so the sweep holds only the combinations listed. Each axis keeps its "
-            "own column. Until the Parquet writer writes a linked axis' columns, `memsim sweep` refuses a spec with "
-            "`[link]` (engine/inputs/spec.py LINKS_WRITTEN)",
+            "own column in the dataset",
     "output": "options of the dataset written (below)",
 }
 OUTPUT_OPTION_HELP = {

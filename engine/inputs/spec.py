@@ -27,10 +27,6 @@ from engine.errors import UserError
 from engine.inputs.vocabulary import check_columns
 
 SPEC_TABLES = {"axes", "link", "output"}
-# A sweep writes one Parquet column per axis (engine/dataset/columns.py); a linked axis writes one per input it
-# links (grid.Axis.columns) once that writer reads Axis.columns. Until then a spec file with [link] is refused,
-# never written with the linked inputs' columns missing (issue #14 notes: the writer's change).
-LINKS_WRITTEN = False
 MAX_ROWS_PER_CHUNK = 1 << 24  # a chunk's buffers are about 300 bytes a row: 5 GiB at this size
 COMPRESSIONS = ("lz4", "zstd", "snappy", "gzip", "brotli", "none")  # what pyarrow's Parquet writer takes
 
@@ -90,11 +86,7 @@ def load_spec(path: str | Path) -> Spec:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"sweep spec {path} is not valid TOML: {err}") from None
-    spec = parse_spec(doc, text)
-    if spec.links and not LINKS_WRITTEN:
-        raise UserError(f"sweep spec {path}: [link] is read but a sweep cannot write linked axes yet (the Parquet "
-                        "writer keeps one column per axis); sweep the axes unlinked and filter in SQL for now")
-    return spec
+    return parse_spec(doc, text)
 
 
 def is_value(v) -> bool:
