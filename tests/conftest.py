@@ -9,6 +9,17 @@ by running the SQL under test.
 import polars as pl
 import pytest
 
+# The modules of the torch tier (all slow) import torch and transformers as they are collected, seconds each:
+# the fast tier (pytest -m "not slow") does not collect them at all.
+TORCH_TIER = {"test_measure.py", "test_measure_parallel.py", "test_measure_recipes.py", "test_hf_models.py"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.name in TORCH_TIER and config.getoption("markexpr") == "not slow":
+        return True
+    return None
+
+
 TINY_SPEC = """\
 title = "memsim test sweep: 3 models x 3 GPUs"
 

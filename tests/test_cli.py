@@ -236,6 +236,7 @@ def test_readme_links_resolve_inside_the_repository_and_say_how_to_get_cpu_torch
     assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
 
 
+@pytest.mark.slow  # 98 throughput rows through explain: the accuracy tier
 def test_validate_holds_throughput_to_its_tolerance_less_the_known_misses(capsys):
     code, out, err = run(capsys, "validate", "--set", "throughput")
     assert code == 0, err  # the known misses are printed (MISS), not failures

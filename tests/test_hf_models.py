@@ -18,6 +18,7 @@ from engine.inputs.hf_config import model_from_hf_config
 from engine.model.catalog import load_models, model_record
 from engine.model.params import moe_layers_between, n_moe_layers, param_count
 
+pytestmark = pytest.mark.slow  # the torch tier: real PyTorch and transformers code
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

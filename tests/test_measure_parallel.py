@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch tier: real PyTorch and transformers code
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
