@@ -8,7 +8,6 @@ from engine.inputs.grid import build_grid, decode
 from engine.inputs.recipes import presets
 from engine.inputs.resolve import resolve_cases
 from engine.inputs.spec import parse_spec
-from engine.inputs.vocabulary import RECORD
 from engine.model import catalog
 from engine.model.kernel import UNSET, evaluate
 from engine.model.outputs import OUTPUTS
@@ -99,32 +98,3 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed, n):
         want = outputs(rec) | {"dp": rec.dp, "n_gpus": rec.n_gpus}
         assert {n: comparable(v[i]) for n, v in got.items()} == {n: comparable(v) for n, v in want.items()}, \
             f"index {start + i}"
-
-
-@pytest.mark.slow
-def test_sweep_kernel_equals_the_scalar_path_on_1e5_configurations_across_the_input_ranges():
-    # The factored sweep kernel against the per-configuration path (levels.evaluate_one for each record), both
-    # compiled, over every input range: extreme values, huge sequences and batches, every categorical value.
-    rng = np.random.default_rng(7)
-    models, gpus = list(catalog.load_models()), list(catalog.load_gpus())
-    axes = {
-        "model": list(rng.choice(models, 5, replace=False)) + ["deepseek-v3"], "gpu": list(rng.choice(gpus, 3, replace=False)),
-        "n_gpus": [1, 64, 2**24], "tp": [1, 8, 4096], "pp": [1, 4], "ep": [1, 8], "zero_stage": [0, 1, 3],
-        "precision": list(CHOICES["precision"]), "optimizer": ["adamw", "adafactor", "adamw_8bit", "none"],
-        "framework": list(CHOICES["framework"]), "offload": ["none", "optimizer"], "lora_rank": [0, 2**20],
-        "checkpointing": list(CHOICES["checkpointing"]), "attention": ["eager", "flash"], "sp": [False, True],
-        "micro_batch": [1, 2**20], "seq_len": [2048, 2**31], "grad_accum": [1, 2**20], "headroom": [0.0, 0.99],
-        "optimizer_impl": list(CHOICES["optimizer_impl"]), "loss_impl": list(CHOICES["loss_impl"]),
-        "optimizer_in_backward": [False, True], "activation_offload": [False, True], "compile": [False, True],
-        "compile_loss": [False, True],
-        "zero_grad": ["none", "zeros"], "loss_parallel": [False, True], "recipe": ["none", "torchtune-qlora"],
-    }
-    grid = build_grid(parse_spec({"axes": axes}))
-    start = int(rng.integers(0, grid.total - 100_000))
-    chunk = SweepKernel(grid).evaluate(start, 100_000)
-    records = np.zeros(100_000, dtype=RECORD).view(np.recarray)
-    for i in range(100_000):
-        records[i] = decode(grid, start + i)
-    want = evaluate(records)
-    for name in OUTPUTS:
-        np.testing.assert_array_equal(chunk.values(name), want[name], err_msg=name)
