@@ -36,7 +36,7 @@ CREATE OR REPLACE MACRO feasibility_cells(at_seq_len, method_name) AS TABLE
         min(capacity_bytes)                                                 AS capacity_bytes,
         bool_or(fits)                                                       AS any_fits,
         count(*) FILTER (WHERE fits)                                        AS fitting,
-        max(capacity_bytes - device_peak_bytes) FILTER (WHERE fits)         AS best_headroom_bytes,
+        max(usable_bytes - device_peak_bytes) FILTER (WHERE fits)           AS best_spare_bytes,
         min(device_peak_bytes - usable_bytes)                               AS least_miss_bytes
     FROM sweep
     WHERE valid
@@ -64,7 +64,7 @@ CREATE OR REPLACE MACRO largest_that_fits(axis, model_key, gpu_key, held_value) 
         gpu, n_gpus, tp, pp, cp, ep, sp, zero_stage, checkpointing, held,
         max(grown)                                                          AS largest,
         arg_max(device_peak_bytes, (grown, -device_peak_bytes))             AS device_peak_bytes,
-        arg_max(capacity_bytes - device_peak_bytes, (grown, -device_peak_bytes)) AS headroom_bytes
+        arg_max(usable_bytes - device_peak_bytes, (grown, -device_peak_bytes)) AS spare_bytes
     FROM fitting
     WHERE held_value IS NULL OR held = held_value
     GROUP BY ALL;

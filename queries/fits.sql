@@ -1,9 +1,9 @@
--- The feasible configurations of one model, best first: fewest GPUs, then most headroom.
+-- The feasible configurations of one model, best first: fewest GPUs, then the most memory to spare (usable - device peak).
 -- params:  $model    VARCHAR  model key
 --          $gpu      VARCHAR  GPU key, or NULL for every GPU type
 --          $limit    BIGINT   rows to return (default 20)
 -- returns: one row per configuration (index), model, method, gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage,
---          checkpointing, micro_batch, seq_len, device_peak_gib, headroom_gib (free at the peak), bottleneck
+--          checkpointing, micro_batch, seq_len, device_peak_gib, spare_gib (usable - device peak), bottleneck
 WITH fitting AS (
     SELECT *
     FROM sweep
@@ -14,7 +14,7 @@ WITH fitting AS (
 best AS (
     SELECT *
     FROM fitting
-    ORDER BY n_gpus, capacity_bytes - device_peak_bytes DESC, index
+    ORDER BY n_gpus, usable_bytes - device_peak_bytes DESC, index
     LIMIT $limit
 )
 SELECT
@@ -23,7 +23,7 @@ SELECT
     training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch, seq_len,
     device_peak_bytes / 2^30                                                AS device_peak_gib,
-    (capacity_bytes - device_peak_bytes) / 2^30                             AS headroom_gib,
+    (usable_bytes - device_peak_bytes) / 2^30                               AS spare_gib,
     bottleneck
 FROM best
-ORDER BY n_gpus, headroom_gib DESC, index;
+ORDER BY n_gpus, spare_gib DESC, index;

@@ -1,7 +1,7 @@
 -- The largest model (by parameter count) that fits, per GPU type and GPU count: the feasible frontier.
 -- params:  $seq_len  BIGINT   tokens per sample, or NULL for any swept length
 -- returns: one row per (gpu, n_gpus, method) where some catalog model fits: model, n_params, and its layout
---          with the most headroom (tp, pp, zero_stage, checkpointing, micro_batch, seq_len, headroom_gib).
+--          with the most memory to spare (tp, pp, zero_stage, checkpointing, micro_batch, seq_len, spare_gib).
 --          Models outside the catalog (config.json paths) have no n_params in `models` and are left out.
 WITH fitting AS (
     SELECT *
@@ -14,8 +14,8 @@ roomiest_per_model AS (
         gpu, n_gpus, precision, optimizer, framework, lora_rank, base_quant, offload, model,
         arg_max({'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
                  'micro_batch': micro_batch, 'seq_len': seq_len,
-                 'headroom_bytes': capacity_bytes - device_peak_bytes},
-                (capacity_bytes - device_peak_bytes, -index))               AS layout
+                 'spare_bytes': usable_bytes - device_peak_bytes},
+                (usable_bytes - device_peak_bytes, -index))                 AS layout
     FROM fitting
     GROUP BY ALL
 ),
@@ -35,6 +35,6 @@ SELECT
     best.n_params,
     best.layout.tp, best.layout.pp, best.layout.zero_stage, best.layout.checkpointing,
     best.layout.micro_batch, best.layout.seq_len,
-    best.layout.headroom_bytes / 2^30                                      AS headroom_gib
+    best.layout.spare_bytes / 2^30                                      AS spare_gib
 FROM largest
 ORDER BY gpu, method, n_gpus;

@@ -54,7 +54,7 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("checkpointing:N", title="recompute"),
             alt.Tooltip("micro_batch:Q", title="micro-batch (samples)"),
             alt.Tooltip("seq_len:Q", format=",", title="sequence (tokens)"),
-            alt.Tooltip("headroom_gib:Q", format=",.3f", title="capacity - device peak (GiB)"),
+            alt.Tooltip("spare_gib:Q", format=",.3f", title="to spare: usable - device peak (GiB)"),
         ],
     )
     # name each model once, where the first GPU type reaches it

@@ -323,6 +323,7 @@ def test_a_signal_mid_write_leaves_no_temporary(tmp_path, sig, code):
     spec = tmp_path / "big.toml"
     spec.write_text(SPEC + "seq_len = [512, 1024, 2048, 4096]\ntp = [1, 2, 4]\npp = [1, 2]\ncheckpointing = "
                     '["none", "selective", "full"]\nlora_rank = [0, 8, 16, 64]\nprecision = ["bf16", "amp_bf16", "fp32"]\n'
+                    "attention = [\"eager\", \"sdpa_math\", \"flash\"]\ngrad_accum = [1, 2, 4, 8]\n"  # 2.5M rows: seconds
                     "[output]\nrows_per_chunk = 2048\n")
     out = tmp_path / "ds"
     proc = memsim_process("sweep", spec, "-o", out, "--quiet")

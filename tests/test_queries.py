@@ -33,7 +33,7 @@ def as_map(frame: pl.DataFrame, keys: list[str], value: str) -> dict:
 
 
 def headroom(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.with_columns(headroom_bytes=pl.col("capacity_bytes") - pl.col("device_peak_bytes"))
+    return frame.with_columns(spare_bytes=pl.col("usable_bytes") - pl.col("device_peak_bytes"))
 
 
 def run(con, name, **params) -> pl.DataFrame:
@@ -52,7 +52,7 @@ def test_fits_returns_only_fitting_rows_of_the_model(sweep_con, sweep_frame):
 def test_fits_orders_by_fewest_gpus_then_most_headroom(sweep_con, sweep_frame):
     got = run(sweep_con, "fits", model="qwen2.5-14b", limit=15)
     want = headroom(fitting(sweep_frame).filter(pl.col("model") == "qwen2.5-14b"))
-    want = want.sort(["n_gpus", "headroom_bytes", "index"], descending=[False, True, False]).head(15)
+    want = want.sort(["n_gpus", "spare_bytes", "index"], descending=[False, True, False]).head(15)
     assert got["index"].to_list() == want["index"].to_list()
 
 
@@ -164,6 +164,8 @@ def test_compare_gpus_fleet_price_is_count_times_gpu_price(sweep_con):
     got = run(sweep_con, "compare_gpus", model="llama-3.2-1b").filter(pl.col("gpu") == "a100-sxm-80gb")
     price = catalog.load_gpus()["a100-sxm-80gb"]["usd_per_hour"]
     assert got["fleet_usd_per_hour"].to_list() == pytest.approx([n * price for n in got["min_gpus"]])
+    entry = catalog.load_gpus()["a100-sxm-80gb"]  # every price answered with where and when it was read
+    assert set(got["price_source"]) == {entry["price_source"]} and set(got["price_date"].cast(str)) == {str(entry["price_date"])}
 
 
 # --- bottlenecks --------------------------------------------------------------------------------------------
@@ -249,11 +251,11 @@ def test_feasibility_map_marks_cells_where_any_layout_fits(sweep_con, sweep_fram
     assert as_map(got, keys, "any_fits") == as_map(want, keys, "fits")
 
 
-def test_feasibility_map_best_headroom_is_the_roomiest_fitting_layout(sweep_con, sweep_frame):
+def test_feasibility_map_best_spare_is_the_roomiest_fitting_layout(sweep_con, sweep_frame):
     keys = ["gpu", "model", "method", "n_gpus"]
-    want = headroom(with_method(fitting(sweep_frame))).group_by(keys).agg((pl.col("headroom_bytes").max() / GIB).alias("gib"))
+    want = headroom(with_method(fitting(sweep_frame))).group_by(keys).agg((pl.col("spare_bytes").max() / GIB).alias("gib"))
     got = run(sweep_con, "feasibility_map").filter(pl.col("any_fits"))
-    assert as_map(got, keys, "best_headroom_gib") == pytest.approx(as_map(want, keys, "gib"))
+    assert as_map(got, keys, "best_spare_gib") == pytest.approx(as_map(want, keys, "gib"))
 
 
 def test_method_names_lora_rank_only_when_lora_is_used(sweep_con):

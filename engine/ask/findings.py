@@ -81,7 +81,7 @@ def model_findings(run: Runner, method: str, max_n_gpus: int) -> list[str]:
             lines.append(f"{m['model']} fits on none of the swept GPU types at up to {max_n_gpus:,} GPUs; "
                          f"its closest layout is {m['least_miss_gib']:,.1f} GiB over the usable memory.")
             continue
-        rows = fewest.filter(pl.col("model") == m["model"]).sort(["min_gpus", "headroom_gib"], descending=[False, True])
+        rows = fewest.filter(pl.col("model") == m["model"]).sort(["min_gpus", "spare_gib"], descending=[False, True])
         best = rows.row(0, named=True)
         gpus = rows.filter(pl.col("min_gpus") == best["min_gpus"])["gpu"].to_list()
         line = f"{m['model']} needs at least {best['min_gpus']:,} × {either(gpus)} (on {gpus[0]}: {layout_words(best)})"

@@ -5,7 +5,7 @@ Each file opens with a header that this module parses and the CLI shows:
     -- Largest micro-batch that fits, per model, GPU and parallel layout.
     -- params:  $model    VARCHAR  model key, or NULL for every model
     --          $limit    BIGINT   rows to return (default 20)
-    -- returns: one row per (model, gpu, ...): max_micro_batch, device_peak_gib, headroom_gib
+    -- returns: one row per (model, gpu, ...): max_micro_batch, device_peak_gib, spare_gib
 
 A parameter is optional when its meaning says "or NULL" (omitted: NULL, which the SQL reads as "any") or
 "(default V)" (omitted: V); any other parameter is required. `-- params:  none` declares none. Values are
@@ -15,7 +15,7 @@ converted to the declared type (VARCHAR, BIGINT, DOUBLE, BOOLEAN), so `--param n
 Conventions the queries share: rows considered are `valid AND fits` unless the question is about failures;
 `method` names what is trained (precision, optimizer, framework, then LoRA rank, base quantization and offload
 when used) and is part of every grain, so a sweep over training methods never mixes them; axes a query does
-not group by take their best value; `headroom_gib` is memory free at the peak (capacity - device peak).
+not group by take their best value; `spare_gib` is the memory to spare at the peak beyond the headroom kept free (usable - device peak).
 """
 
 import difflib
