@@ -5,18 +5,15 @@
 --          any_fits, fitting (count), best_spare_gib (the most memory to spare at the peak beyond the headroom kept
 --          free, usable - device peak; NULL when none fits), least_miss_gib (how far the closest layout is over the
 --          usable bytes, capacity * (1 - headroom); NULL when one fits)
-WITH cells AS (
+WITH cells AS (  -- feasibility_cells (_views.sql) per method, then over the methods the filter leaves
     SELECT
         gpu, model, n_gpus,
         min(capacity_bytes)                                                 AS capacity_bytes,
-        bool_or(fits)                                                       AS any_fits,
-        count(*) FILTER (WHERE fits)                                        AS fitting,
-        max(usable_bytes - device_peak_bytes) FILTER (WHERE fits)           AS best_spare_bytes,
-        min(device_peak_bytes - usable_bytes)                               AS least_miss_bytes
-    FROM sweep
-    WHERE valid
-      AND ($seq_len IS NULL OR seq_len = $seq_len)
-      AND ($method IS NULL OR $method = training_method(precision, optimizer, framework, lora_rank, base_quant, offload))
+        bool_or(any_fits)                                                   AS any_fits,
+        sum(fitting)::BIGINT                                                AS fitting,
+        max(best_spare_bytes)                                               AS best_spare_bytes,
+        min(least_miss_bytes)                                               AS least_miss_bytes
+    FROM feasibility_cells($seq_len, $method)
     GROUP BY ALL
 )
 SELECT
