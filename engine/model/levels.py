@@ -45,7 +45,13 @@ from engine.model.selective_op import (
     selective_op_split_bytes_per_token,
 )
 from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetch_bytes, reduce_scatter_bytes
-from engine.model.split import block_params_per_gpu, params_per_gpu, trainable_params_per_gpu
+from engine.model.split import (
+    block_params_per_gpu,
+    params_per_gpu,
+    rank_nonexpert_params,
+    stage_ranks,
+    trainable_params_per_gpu,
+)
 from engine.model.stage import offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
 from engine.model.step_work import Work, step_work
@@ -99,6 +105,21 @@ class Rank(NamedTuple):
     compiled_replicated_per_token: int  # the same under torch.compile (compiled.py; dense layers)
     compiled_split_per_token: int
     compiled_scores_per_key: int
+    stage_params: int  # non-expert parameters of the most loaded pipeline stage (0 when p = 1): split.py
+    first_params: int  # ... of the first, middle and last ranks evaluated (peak.stage_share's proportions)
+    middle_params: int
+    last_params: int
+
+
+@formula
+def stage_params_of_ranks(c):
+    """The most loaded stage's non-expert parameters, then those of the first, middle and last ranks; zeros when
+    there is one stage (peak.stage_share needs none then)."""
+    if c.pp == 1:
+        return 0, 0, 0, 0
+    first, middle, last = stage_ranks(c)
+    held = (rank_nonexpert_params(c, first), rank_nonexpert_params(c, middle), rank_nonexpert_params(c, last))
+    return max(held[0], held[1], held[2]), held[0], held[1], held[2]
 
 
 @formula
@@ -106,12 +127,14 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return Rank(RankColumns(NULL, NULL, NULL), reason, *zeros)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
     columns = RankColumns(device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c))
+    stage, first, middle, last = stage_params_of_ranks(c)
+    moe_split = split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0
     return Rank(
         columns,
         reason,
@@ -128,7 +151,7 @@ def rank_terms(c):
         ddp_bucket_bytes(c, trainable),
         replicated_bytes_per_token(c),
         split_bytes_per_token(c, False),
-        split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0,
+        moe_split,
         scores_bytes_per_key(c),
         head_bytes_per_token(c),
         projection_inputs_bytes_per_token(c),
@@ -140,6 +163,10 @@ def rank_terms(c):
         compiled_replicated_bytes_per_token(c, stream_bytes(c), has_dropout(c)),
         compiled_split_bytes_per_token(c, c.d_ff),
         compiled_scores_bytes_per_key(c, has_dropout(c)),
+        stage,
+        first,
+        middle,
+        last,
     )
 
 

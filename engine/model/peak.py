@@ -21,7 +21,7 @@ from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_for
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
 from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
-from engine.model.split import rank_layers, rank_nonexpert_params, stage_nonexpert_params, stage_ranks
+from engine.model.split import rank_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
     rank_layer_activation_bytes,
@@ -89,15 +89,15 @@ def pageable_bytes(c, r):
 
 
 @formula
-def stage_share(c, rank, x):
-    """x, the most loaded pipeline rank's bytes of a state-sized quantity, for `rank`: in proportion to the
-    parameters the rank holds (states, casts, step buffers and buckets are per parameter)."""
-    if c.pp == 1:
+def stage_share(c, r, rank, x):
+    """x, the most loaded pipeline rank's bytes of a state-sized quantity, for `rank` (the first, middle or last
+    rank evaluated): in proportion to the parameters the rank holds (states, casts, step buffers and buckets are
+    per parameter; the counts are the layout's, levels.Rank)."""
+    if c.pp == 1 or r.stage_params == 0:
         return x
-    most = stage_nonexpert_params(c)
-    if most == 0:
-        return x
-    return int(x * (rank_nonexpert_params(c, rank) / most))
+    first, middle, _ = stage_ranks(c)
+    held = r.first_params if rank == first else r.middle_params if rank == middle else r.last_params
+    return int(x * (held / r.stage_params))
 
 
 @formula
@@ -105,7 +105,7 @@ def stage_cast_bytes(c, r, rank):
     """The rank's autocast weight copies: torch.distributed.pipelining enters autocast per stage forward, so each
     micro-batch in flight keeps its own copies until its backward (PARALLEL.md: 1.6x and 3.3x the stage's
     16-bit weights, embedding included, with 2 and 4 in flight)."""
-    casts = stage_share(c, rank, r.cast_bytes)
+    casts = stage_share(c, r, rank, r.cast_bytes)
     if c.pp == 1 or not FRAMEWORK_TORCH_PIPELINING[c.framework]:
         return casts
     num, den = in_flight(c, rank)
@@ -153,36 +153,36 @@ def stage_peak(c, r, rank):
     acts = stage_activation_bytes(c, r, rank, 0)
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
-    live = stage_share(c, rank, states_bytes(r, g) - pageable_bytes(c, r))
-    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, rank, buckets_bytes(c, r, g)) + kept
+    live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
+    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
-    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, rank, buckets_bytes(c, r, g)) + kept
+    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
-        states = stage_share(c, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         second_acts = stage_activation_bytes(c, r, rank, 1)
-        second_t = bwd_t + stage_share(c, rank, r.bucket_bytes)
+        second_t = bwd_t + stage_share(c, r, rank, r.bucket_bytes)
         second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True)
         end_acts = stage_activation_bytes(c, r, rank, 2)
-        end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, rank, r.bucket_bytes)
+        end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
         if states + end_acts + end_t > second.allocated_bytes:
             second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True)
         if second.allocated_bytes > backward.allocated_bytes:
             backward = second
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
         end_t = r.end_bytes + r.step_bytes + kept
-        states = stage_share(c, rank, states_bytes(r, False) - pageable_bytes(c, r))
+        states = stage_share(c, r, rank, states_bytes(r, False) - pageable_bytes(c, r))
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False)
         optimizer = backward_end
     else:
-        buckets = stage_share(c, rank, buckets_bytes(c, r, True))
+        buckets = stage_share(c, r, rank, buckets_bytes(c, r, True))
         end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept
-        states = stage_share(c, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True)
-        opt_t = stage_share(c, rank, r.step_bytes) + buckets + kept
-        optimizer = Peak(stage_share(c, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
+        opt_t = stage_share(c, r, rank, r.step_bytes) + buckets + kept
+        optimizer = Peak(stage_share(c, r, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
         # next group gathered for its backward: the peak when gradients are not sharded (experts held by one
