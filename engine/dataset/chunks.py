@@ -143,10 +143,10 @@ class SweepKernel:
             self.buffers[self.turn] = buffers
         n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
         n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
-        rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
-        step, device, times = buffers[2][:, :n_step], buffers[3][:, :count], buffers[4][:, :count]
-        if count:
+        if count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
             sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
                         self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
-                        rank, gpu, step, device, times)
+                        *buffers)
+        rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
+        step, device, times = buffers[2][:, :n_step], buffers[3][:, :count], buffers[4][:, :count]
         return Chunk(self.grid, start, count, rank, gpu, step, device, times, self.rows_per_rank, self.rows_per_step)
