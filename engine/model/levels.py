@@ -47,9 +47,8 @@ from engine.model.selective_op import (
 from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetch_bytes, reduce_scatter_bytes
 from engine.model.split import (
     block_params_per_gpu,
+    evaluated_rank_params,
     params_per_gpu,
-    rank_nonexpert_params,
-    stage_ranks,
     trainable_params_per_gpu,
 )
 from engine.model.stage import offloaded_activation_bytes
@@ -117,9 +116,8 @@ def stage_params_of_ranks(c):
     there is one stage (peak.stage_share needs none then)."""
     if c.pp == 1:
         return 0, 0, 0, 0
-    first, middle, last = stage_ranks(c)
-    held = (rank_nonexpert_params(c, first), rank_nonexpert_params(c, middle), rank_nonexpert_params(c, last))
-    return max(held[0], held[1], held[2]), held[0], held[1], held[2]
+    first, middle, last = evaluated_rank_params(c)
+    return max(first, middle, last), first, middle, last
 
 
 @formula

@@ -102,10 +102,17 @@ def rank_nonexpert_params(c, rank):
 
 
 @formula
+def evaluated_rank_params(c):
+    """Non-expert parameters of the first, middle and last ranks evaluated (stage_ranks), before TP."""
+    first, middle, last = stage_ranks(c)
+    return rank_nonexpert_params(c, first), rank_nonexpert_params(c, middle), rank_nonexpert_params(c, last)
+
+
+@formula
 def stage_nonexpert_params(c):
     """Non-expert parameters of the most loaded pipeline stage, before TP."""
-    first, middle, last = stage_ranks(c)
-    return max(rank_nonexpert_params(c, first), rank_nonexpert_params(c, middle), rank_nonexpert_params(c, last))
+    first, middle, last = evaluated_rank_params(c)
+    return max(first, middle, last)
 
 
 @formula
