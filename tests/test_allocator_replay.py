@@ -1,0 +1,67 @@
+"""Replaying an allocation log through the caching-allocator model (allocator_replay.py), on logs written by hand."""
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("torch")  # the engine.checks.measure package imports torch (the replay itself does not)
+
+from engine.checks.measure.allocator_config import MiB  # noqa: E402
+from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log, replay_records  # noqa: E402
+
+
+@dataclass
+class Rec:
+    """The fields of tracker.Alloc the replay reads."""
+
+    nbytes: int
+    born: int
+    died: int | None = None
+    host: bool = False
+
+
+def test_the_reserved_peak_keeps_a_freed_segment():
+    # 12 MiB born at 1, freed at 2; 14 MiB born at 3 cannot reuse it: 12 + 14 = 26 MiB reserved, 14 MiB allocated.
+    r = replay_records([Rec(12 * MiB, 1, 2), Rec(14 * MiB, 3)])
+    assert (r.reserved_peak_bytes, r.allocated_peak_bytes) == (26 * MiB, 14 * MiB)
+
+
+def test_host_records_are_not_replayed():
+    r = replay_records([Rec(12 * MiB, 1), Rec(40 * MiB, 2, host=True)])
+    assert r.reserved_peak_bytes == 12 * MiB
+
+
+def test_the_snapshot_is_taken_at_the_reserved_peak_with_owners():
+    # 5 MiB (a 20 MiB segment, 15 MiB of it cached), 16 MiB (too big for that: its own segment): peak 36 MiB at
+    # event 1; the frees after it do not move it.
+    log = [Rec(5 * MiB, 1, 4), Rec(16 * MiB, 2, 3)]
+    r = replay_records(log)
+    assert r.peak_event == 1 and [s.total_size for s in r.segments_at_peak] == [20 * MiB, 16 * MiB]
+    assert r.segments_at_peak[1].blocks[0].owner is log[1]
+
+
+def _two_steps():
+    """A weight; step 0 (ticks 2-9): a gradient born at 4 that lives on, activations; step 1 (ticks 10-17): zero_grad
+    frees step 0's gradient (tick 11), a new gradient is born (13) and lives on."""
+    weight = Rec(30 * MiB, 1)
+    step0 = [Rec(50 * MiB, 3, 5), Rec(30 * MiB, 4, 11), Rec(12 * MiB, 6, 7)]
+    step1 = [Rec(50 * MiB, 12, 14), Rec(30 * MiB, 13), Rec(12 * MiB, 15, 16)]
+    lb = SimpleNamespace(records=[weight, *step0, *step1], marks={"step0": 2, "end0": 9, "step1": 10, "end1": 17})
+    return lb
+
+
+def test_repeating_the_last_step_frees_its_survivors_in_the_next():
+    # Step 1 frees the gradient step 0 left (30 MiB) and leaves its own; each repetition frees the previous one's.
+    # Reserved then stays where two steps put it, and every carried-in free finds its match.
+    lb = _two_steps()
+    two, five = replay_log(lb), replay_log(lb, steps=5)
+    assert five.unmatched_frees == 0
+    assert five.reserved_peak_bytes == two.reserved_peak_bytes
+    assert five.allocated_peak_bytes == two.allocated_peak_bytes == (30 + 50 + 30) * MiB  # weight, acts, grad
+
+
+def test_expandable_segments_replay_the_same_log():
+    # The same two steps with expandable segments: one growing segment, reserved a whole number of 20 MiB pages.
+    r = replay_log(_two_steps(), EXPANDABLE)
+    assert r.reserved_peak_bytes % (20 * MiB) == 0 and len(r.segments_at_peak) == 1
