@@ -23,9 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.configure.grid import build_grid, decode  # noqa: E402
+from engine.configure.spec import parse_spec  # noqa: E402
 from engine.dataset.chunks import SweepKernel  # noqa: E402
-from engine.inputs.grid import build_grid, decode  # noqa: E402
-from engine.inputs.spec import parse_spec  # noqa: E402
 from engine.model.levels import evaluate_one  # noqa: E402
 
 MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "mixtral-8x7b",

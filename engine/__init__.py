@@ -34,6 +34,7 @@ def _compiled_sources_digest() -> str:
     the jitted function itself, not the formulas it calls, so a stale kernel could outlive a formula edit)."""
     here = Path(__file__).resolve().parent
     files = sorted(here.glob("model/*.py")) + [here / "inputs" / n for n in ("vocabulary.py", "model_fields.py", "codes.py")]
+    files += [here / "catalogs" / "conventions.py"]
     files += [DATA_DIR / "optimizers.toml", DATA_DIR / "frameworks.toml"]  # compile-time constants of the kernels
     digest = hashlib.sha256()
     for f in files:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from engine.inputs.resolve import resolve_case
+from engine.configure.resolve import resolve_case
 from engine.inputs.vocabulary import RECORD
 from engine.model.levels import evaluate_one
 

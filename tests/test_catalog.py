@@ -7,21 +7,20 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.errors import UserError
-from engine.inputs.hf_config import model_from_hf_config
-from engine.inputs.hub import cached_config
-from engine.model.catalog import (
+from engine.catalogs.catalog import (
     catalog_version,
-    gpus_table,
     load_gpus,
     load_models,
     model_fields,
     model_record,
-    models_table,
     parse_catalog,
     resolve_gpu,
     resolve_model,
 )
+from engine.catalogs.hf_config import model_from_hf_config
+from engine.catalogs.hub import cached_config
+from engine.configure.tables import gpus_table, models_table
+from engine.errors import UserError
 from engine.model.params import param_count
 
 MODELS = load_models()

@@ -58,7 +58,7 @@ def test_explain_json_outputs_are_the_columns_estimate_writes(capsys):
 
 
 def test_explain_states_where_its_price_comes_from(capsys):
-    from engine.model import catalog
+    from engine.catalogs import catalog
 
     entry = catalog.resolve_gpu("a100-sxm-80gb")
     r = json.loads(run(capsys, *LAUNCH, "--json")[1])
@@ -196,10 +196,10 @@ def test_validate_table_columns_line_up_whatever_the_cells_hold():
 
 def test_explain_says_once_on_stderr_that_a_cold_kernel_compiles(capsys, monkeypatch):
     from engine.cli import first_run
-    from engine.model.kernel import _fill
+    from engine.model.kernel import fill_outputs
 
     run(capsys, *LAUNCH)  # compiled (or loaded) and cached by now: the real cache reads warm
-    assert first_run.cold(_fill) is False
+    assert first_run.cold(fill_outputs) is False
     assert run(capsys, *LAUNCH)[2] == ""
     monkeypatch.setattr(first_run, "cold", lambda kernel: True)
     code, _, err = run(capsys, *LAUNCH)

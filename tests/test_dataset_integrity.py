@@ -279,9 +279,9 @@ def test_two_sweeps_of_one_spec_at_once_never_share_a_file(tmp_path):
 
 
 def digest(spec_path: Path) -> str:
+    from engine.configure.grid import build_grid
+    from engine.configure.spec import load_spec
     from engine.dataset.store import spec_digest
-    from engine.inputs.grid import build_grid
-    from engine.inputs.spec import load_spec
 
     return spec_digest(build_grid(load_spec(spec_path)))
 

@@ -1,4 +1,4 @@
-"""docs/config.md is what `python -m engine.inputs.docs` prints, and it names every column of CONFIG.md."""
+"""docs/config.md is what `python -m engine.cli.docs` prints, and it names every column of CONFIG.md."""
 
 import re
 import tomllib
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.inputs import docs
+from engine.cli import docs
+from engine.configure.grid import build_grid
+from engine.configure.spec import parse_spec
 from engine.inputs import vocabulary as v
 from engine.inputs.field import Field
-from engine.inputs.grid import build_grid
-from engine.inputs.spec import parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "config.md"

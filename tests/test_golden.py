@@ -8,8 +8,8 @@ import csv
 
 import pytest
 
+from engine.catalogs import catalog
 from engine.checks.validate import GOLDEN, golden_results
-from engine.model import catalog
 from engine.model.params import param_count
 from tests.support import config
 

@@ -7,8 +7,9 @@ import polars as pl
 import pytest
 
 from engine import DATA_DIR
+from engine.catalogs.catalog import load_gpus, parse_catalog
+from engine.configure.tables import gpus_table
 from engine.errors import UserError
-from engine.model.catalog import gpus_table, load_gpus, parse_catalog
 
 GPUS = load_gpus()
 PRICED = [k for k, e in GPUS.items() if "usd_per_hour" in e]

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine.inputs.resolve import MODEL_FIELD_NAMES
+from engine.configure.resolve import MODEL_FIELD_NAMES
 from engine.inputs.vocabulary import INPUT_FIELDS
 
 GPT2_CONFIG = os.path.join(os.path.dirname(__file__), "fixtures", "hf_configs", "gpt2.json")
@@ -78,7 +78,7 @@ def test_a_spec_axis_explain_would_refuse_is_refused(memsim, tmp_path, axis, say
 
 def every_input_of(preset: str) -> str:
     """Spec axes that sweep each input a recipe preset sets, at the preset's own value."""
-    from engine.inputs.recipes import preset_inputs
+    from engine.catalogs.recipes import preset_inputs
     from engine.inputs.vocabulary import spell
 
     return "".join(f"{k} = [{toml_value(spell(k, v))}]\n" for k, v in preset_inputs(preset).items())
@@ -367,7 +367,7 @@ def plausible(name: str) -> list:
     if name == "gpu":
         return ["h100", "a100-sxm-80gb", "rtx-4090", "mi300x"]
     if name == "recipe":
-        from engine.inputs.recipes import presets
+        from engine.catalogs.recipes import presets
 
         return ["none", *presets()]
     if is_choice(field):

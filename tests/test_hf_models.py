@@ -3,7 +3,7 @@
 Each case is a small config.json of one model_type (a variant where the architecture branches: tied or untied,
 biases, MoE every layer or interleaved, shared experts on or off). transformers builds the model on the meta
 device (no memory), and the sum of its parameters must equal engine.model.params' count of the dims that
-engine.inputs.hf_config reads from the same file. Multimodal checkpoints (Gemma 3, Llama 4) are counted as
+engine.catalogs.hf_config reads from the same file. Multimodal checkpoints (Gemma 3, Llama 4) are counted as
 memsim counts them: every parameter but the vision tower and the multimodal projector.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.catalogs import hf_mappers
+from engine.catalogs.catalog import load_models, model_record
+from engine.catalogs.hf_config import model_from_hf_config
 from engine.errors import UserError
-from engine.inputs import hf_mappers
-from engine.inputs.hf_config import model_from_hf_config
-from engine.model.catalog import load_models, model_record
 from engine.model.params import moe_layers_between, n_moe_layers, param_count
 
 pytestmark = pytest.mark.slow  # the torch tier: real PyTorch and transformers code

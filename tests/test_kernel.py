@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
+from engine.catalogs import catalog
+from engine.catalogs.recipes import presets
+from engine.configure.grid import build_grid, decode
+from engine.configure.resolve import resolve_cases
+from engine.configure.spec import parse_spec
 from engine.dataset.chunks import SweepKernel
-from engine.inputs.grid import build_grid, decode
-from engine.inputs.recipes import presets
-from engine.inputs.resolve import resolve_cases
-from engine.inputs.spec import parse_spec
-from engine.model import catalog
 from engine.model.kernel import UNSET, evaluate
 from engine.model.outputs import OUTPUTS
 from tests.support import outputs

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 from engine.checks.measure import breakdown, measure_case
 from engine.checks.measure.case import resolve
-from engine.checks.measure.measure import MEASURED_STEP, run_logged, versions
+from engine.checks.measure.measure import versions
 from engine.checks.measure.reference_recipes import (
     HOST_COLUMN,
     RECIPE_SET_COLUMNS,
@@ -21,6 +21,7 @@ from engine.checks.measure.reference_recipes import (
     recipe_cases,
 )
 from engine.checks.measure.reference_set import MEASURED_COLUMNS
+from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged
 from engine.errors import UserError
 
 RECIPES = Path(__file__).resolve().parent.parent / "data" / "measured" / "recipes.csv"

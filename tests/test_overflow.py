@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import engine.model
+from engine.catalogs import catalog
+from engine.catalogs.recipes import preset_inputs, presets
+from engine.configure.grid import build_grid, decode
+from engine.configure.resolve import resolve_cases
+from engine.configure.spec import parse_spec
 from engine.dataset.chunks import SweepKernel
 from engine.inputs.codes import Invalid
-from engine.inputs.grid import build_grid, decode
-from engine.inputs.recipes import preset_inputs, presets
-from engine.inputs.resolve import resolve_cases
-from engine.inputs.spec import parse_spec
 from engine.inputs.vocabulary import INPUTS, RECORD, names
-from engine.model import catalog
 from engine.model.kernel import UNSET, evaluate
 from engine.model.outputs import OUTPUTS
 from tests.support import outputs
@@ -58,7 +58,7 @@ def exact_tables(monkeypatch):
     import importlib
     import pkgutil
 
-    from engine.model import conventions
+    from engine.catalogs import conventions
 
     tables = {name for name, value in vars(conventions).items() if isinstance(value, np.ndarray)}
     for info in pkgutil.iter_modules(engine.model.__path__):

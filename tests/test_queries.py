@@ -8,8 +8,8 @@ import pytest
 
 from engine import QUERIES_DIR
 from engine.ask.queries import Param, convert, list_queries, read_query, run_query
+from engine.catalogs import catalog
 from engine.errors import UserError
-from engine.model import catalog
 
 GIB = 2**30
 BASE_METHOD = "amp_bf16 adamw pytorch"  # CONFIG.md defaults: of the method axes the tiny sweep varies only lora_rank

@@ -5,12 +5,12 @@ import polars as pl
 import pytest
 
 from engine.ask.explain import evaluate_case
+from engine.catalogs.recipes import presets
 from engine.cli import main
+from engine.configure.resolve import resolve_case
 from engine.dataset.sweep import run_sweep
 from engine.errors import UserError
 from engine.inputs.codes import Ckpt, Framework, OptimizerImpl
-from engine.inputs.recipes import presets
-from engine.inputs.resolve import resolve_case
 
 
 def test_every_preset_cites_its_source_and_sets_valid_inputs():

@@ -23,10 +23,10 @@ from engine import QUERIES_DIR
 from engine.ask.findings import methods_finding
 from engine.ask.queries import read_query, run_query
 from engine.ask.report import MAX_METHODS, build_report, charted_methods, write_report
+from engine.catalogs import catalog
 from engine.dataset.sweep import run_sweep
 from engine.dataset.views import connect
 from engine.errors import UserError
-from engine.model import catalog
 from reports import max_micro_batch, zero_tp_recompute
 
 pytestmark = pytest.mark.slow  # beyond the fast core tier (pytest -m 'not slow')

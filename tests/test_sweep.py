@@ -158,9 +158,9 @@ method = ["lora_rank", "base_quant"]
 
 
 def test_linked_axes_sweep_their_zip_not_their_product():
+    from engine.configure.grid import build_grid, decode
+    from engine.configure.spec import parse_spec
     from engine.dataset.chunks import SweepKernel
-    from engine.inputs.grid import build_grid, decode
-    from engine.inputs.spec import parse_spec
 
     grid = build_grid(parse_spec(tomllib.loads(LINKED), LINKED))
     assert grid.total == 3 * 2  # full, LoRA, QLoRA x two micro-batches: no nf4-without-adapters rows
@@ -185,7 +185,7 @@ def test_linked_axes_sweep_their_zip_not_their_product():
     ('method = "lora_rank"', "two or more different axes"),
 ])
 def test_a_bad_link_is_one_line(link, needle):
-    from engine.inputs.spec import parse_spec
+    from engine.configure.spec import parse_spec
 
     text = LINKED.split("[link]")[0] + "[link]\n" + link + "\n"
     with pytest.raises(UserError, match=re.escape(needle)):
@@ -193,8 +193,8 @@ def test_a_bad_link_is_one_line(link, needle):
 
 
 def test_a_link_that_repeats_a_combination_is_refused():
-    from engine.inputs.grid import build_grid
-    from engine.inputs.spec import parse_spec
+    from engine.configure.grid import build_grid
+    from engine.configure.spec import parse_spec
 
     text = LINKED.replace('base_quant = ["none", "none", "nf4"]', 'base_quant = ["none", "nf4", "nf4"]')
     with pytest.raises(UserError, match="repeats a combination"):
@@ -211,8 +211,8 @@ def test_a_linked_sweep_writes_each_linked_input_as_a_column(tmp_path):
 
 def test_the_docs_linked_example_sweeps_the_combinations_it_lists():
     from engine import REPO_ROOT
-    from engine.inputs.grid import build_grid
-    from engine.inputs.spec import parse_spec
+    from engine.configure.grid import build_grid
+    from engine.configure.spec import parse_spec
 
     blocks = re.findall(r"```toml\n(.*?)```", (REPO_ROOT / "docs" / "config.md").read_text(), flags=re.DOTALL)
     linked = next(b for b in blocks if "[link]" in b)

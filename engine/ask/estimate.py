@@ -5,9 +5,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from engine.configure.resolve import resolve_cases
 from engine.dataset.columns import output_columns
 from engine.errors import UserError
-from engine.inputs.resolve import resolve_cases
 from engine.inputs.vocabulary import INPUT_FIELDS, arrow_column, check_columns
 from engine.model.kernel import evaluate
 from engine.model.outputs import OUTPUTS

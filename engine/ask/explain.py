@@ -6,6 +6,8 @@ import json
 import numpy as np
 
 from engine.ask.changes import variants
+from engine.catalogs import catalog
+from engine.configure.resolve import resolve_case
 from engine.dataset.columns import output_columns
 from engine.errors import UserError
 from engine.inputs.codes import (
@@ -16,9 +18,7 @@ from engine.inputs.codes import (
     Phase,
     name_of,
 )
-from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import INPUTS, RECORD
-from engine.model import catalog
 from engine.model.kernel import evaluate
 from engine.model.levels import host_ram_per_gpu
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS

@@ -159,7 +159,7 @@ def convert(param: Param, value, query: str):
 
 
 def catalog_key(name: str, value: str) -> str:
-    from engine.model import catalog
+    from engine.catalogs import catalog
 
     if name == "model":
         return catalog.resolve_model(value)["model"]

@@ -30,10 +30,10 @@ def write_table(table, output: str) -> None:
 def run(args) -> None:
     from engine.ask.estimate import estimate_table, read_cases
     from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import _fill
+    from engine.model.kernel import fill_outputs
 
     output_path(args.output)  # a path that cannot be written is refused before any work
-    say_if_compiling(_fill)
+    say_if_compiling(fill_outputs)
     table = estimate_table(read_cases(args.cases))
     write_table(table, args.output)
     fits = sum(1 for v in table.column("fits").to_pylist() if v)

@@ -21,10 +21,10 @@ def add_parser(sub) -> None:
 def run(args) -> None:
     from engine.ask.explain import explain, render, to_json
     from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import _fill
+    from engine.model.kernel import fill_outputs
 
     config = given_config(args)
-    say_if_compiling(_fill)
+    say_if_compiling(fill_outputs)
     result = explain(config)
     if not result["valid"]:
         raise UserError(f"this layout cannot run: {result['invalid_reason']} ({result['summary']})")

@@ -59,9 +59,9 @@ def run_measure(cases: str, output: str, device: str) -> pa.Table:
 
 def run(args) -> None:
     from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import _fill
+    from engine.model.kernel import fill_outputs
 
-    say_if_compiling(_fill)  # the estimate beside each measurement runs the kernel
+    say_if_compiling(fill_outputs)  # the estimate beside each measurement runs the kernel
     table = run_measure(args.cases, args.output, args.device)
     peaks = table.column("measured_allocated_peak_bytes").to_pylist()
     est = table.column("allocated_peak_bytes").to_pylist()

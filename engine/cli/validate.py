@@ -19,9 +19,9 @@ def add_parser(sub) -> None:
 def run(args) -> None:
     from engine.checks import validate
     from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import _fill
+    from engine.model.kernel import fill_outputs
 
-    say_if_compiling(_fill)
+    say_if_compiling(fill_outputs)
     results, speed = [], []
     if args.set in ("all", "published"):
         results += validate.golden_results()

@@ -13,7 +13,7 @@ from functools import cached_property
 import numba
 import numpy as np
 
-from engine.inputs.grid import FIELD_INDEX, Grid
+from engine.configure.grid import FIELD_INDEX, Grid
 from engine.inputs.vocabulary import RECORD
 from engine.model.kernel import UNSET
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import engine
+from engine.configure.grid import build_grid
+from engine.configure.spec import load_spec
 from engine.dataset.shards import (
     KEEP_FLAGS,
     filesystem,
@@ -31,8 +33,6 @@ from engine.dataset.shards import (
 )
 from engine.dataset.store import MANIFEST, check_shard_count, prepare_dataset
 from engine.errors import UserError
-from engine.inputs.grid import build_grid
-from engine.inputs.spec import load_spec
 
 INSTALL = "the Ray engine needs ray: pip install 'memsim[ray]' (or pip install 'ray>=2.9')"
 CONNECT_TIMEOUT_S = 5  # per TCP probe and per GCS connection attempt

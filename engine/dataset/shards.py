@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from engine.configure.grid import build_grid
+from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.store import (
     MANIFEST,
@@ -29,8 +31,6 @@ from engine.dataset.store import (
 )
 from engine.dataset.sweep import expected_bytes, run_sweep, shard_range
 from engine.errors import UserError
-from engine.inputs.grid import build_grid
-from engine.inputs.spec import load_spec
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
 MARKER = re.compile(r"(\d{5})-of-(\d{5})\.json$")

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 
 import engine
 from engine.atomic import write_text_atomic
+from engine.catalogs import catalog
 from engine.errors import UserError
-from engine.model import catalog
 
 MANIFEST = "_memsim.json"
 DATASET_LOCK = "_memsim.lock"

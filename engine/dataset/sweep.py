@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from engine.configure.grid import build_grid
+from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.columns import chunk_table
 from engine.dataset.store import (
@@ -23,8 +25,6 @@ from engine.dataset.store import (
 )
 from engine.errors import UserError
 from engine.inputs.codes import INVALID_REASONS, Invalid
-from engine.inputs.grid import build_grid
-from engine.inputs.spec import load_spec
 
 SAMPLE_ROWS = 65_536
 

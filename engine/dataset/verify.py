@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from engine.configure.grid import build_grid
+from engine.configure.spec import parse_spec
 from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, is_local, read_json
 from engine.dataset.store import (
     MANIFEST,
@@ -30,8 +32,6 @@ from engine.dataset.store import (
 )
 from engine.dataset.sweep import shard_range
 from engine.errors import UserError
-from engine.inputs.grid import build_grid
-from engine.inputs.spec import parse_spec
 
 VERIFY_THREADS = 8  # part files checked at once
 TMP_SUFFIX = re.compile(r"\.tmp(-[^/]*)?$")  # a temporary: .tmp, or .tmp-HOST-PID (engine/atomic.py, store.py)

@@ -21,11 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine import QUERIES_DIR
+from engine.configure import tables
+from engine.configure.resolve import MODEL_FIELD_NAMES
 from engine.dataset.store import MANIFEST, marker_path, part_name, read_manifest
 from engine.errors import UserError
-from engine.inputs.resolve import MODEL_FIELD_NAMES
 from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUT_FIELDS, sql_literal
-from engine.model import catalog
 
 FOOTER_THREADS = 8
 
@@ -144,8 +144,8 @@ def connect(sweep_dir: "str | Path | SweepParts | None" = None, con: duckdb.Duck
     the `sweep` view over its complete parts and the table macros of queries/_views.sql."""
     con = con or duckdb.connect()
     con.execute((QUERIES_DIR / "_macros.sql").read_text())
-    con.register("models_arrow", catalog.models_table().to_arrow())
-    con.register("gpus_arrow", catalog.gpus_table().to_arrow())
+    con.register("models_arrow", tables.models_table().to_arrow())
+    con.register("gpus_arrow", tables.gpus_table().to_arrow())
     con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")
     con.execute("CREATE OR REPLACE VIEW gpus AS SELECT * FROM gpus_arrow")
     files = []

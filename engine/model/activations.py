@@ -24,6 +24,7 @@ Tensor parallelism splits everything but the norms, the projection inputs and th
 10 sbh); sequence parallelism splits those too; context parallelism splits the sequence.
 """
 
+from engine.catalogs.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_FUSED_KERNELS
 from engine.inputs.codes import (
     FFN,
     ActFn,
@@ -34,7 +35,6 @@ from engine.inputs.codes import (
     Precision,
 )
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_FUSED_KERNELS
 from engine.model.states import compute_bytes, torchao_fp8
 
 

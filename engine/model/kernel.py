@@ -27,7 +27,7 @@ def store(columns, rows, out, i):
 
 
 @numba.njit(parallel=True, cache=True)
-def _fill(cfg, out, times, rank_rows, step_rows, gpu_rows, device_rows, time_rows):
+def fill_outputs(cfg, out, times, rank_rows, step_rows, gpu_rows, device_rows, time_rows):
     for i in numba.prange(len(cfg)):
         r, s, g, d = evaluate_one(cfg[i])
         store(r.columns, rank_rows, out, i)
@@ -43,5 +43,5 @@ def evaluate(cfg: np.ndarray) -> dict[str, np.ndarray]:
     out = np.full((len(INT_OUTPUTS), len(cfg)), UNSET, dtype=np.int64)
     times = np.full((len(TIME_COLUMNS), len(cfg)), np.inf)
     if len(cfg):
-        _fill(np.asarray(cfg).view(np.recarray), out, times, RANK_ROWS, STEP_ROWS, GPU_ROWS, DEVICE_ROWS, TIME_ROWS)
+        fill_outputs(np.asarray(cfg).view(np.recarray), out, times, RANK_ROWS, STEP_ROWS, GPU_ROWS, DEVICE_ROWS, TIME_ROWS)
     return {name: out[k] for k, name in enumerate(INT_OUTPUTS)} | {name: times[k] for k, name in enumerate(TIME_COLUMNS)}

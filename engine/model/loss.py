@@ -14,10 +14,10 @@ tensor_parallel/cross_entropy.py. Each term is measured in data/measured/RECIPES
 B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V.
 """
 
+from engine.catalogs.conventions import FRAMEWORK_DTENSOR_TP, FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import LossImpl
 from engine.model.activations import fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_DTENSOR_TP, FRAMEWORK_TORCH_PIPELINING
 from engine.model.params import has_dims
 from engine.model.states import compute_bytes, trains, weight_bytes_per_param
 

@@ -14,9 +14,9 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from typing import NamedTuple
 
+from engine.catalogs.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes

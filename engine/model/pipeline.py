@@ -15,10 +15,10 @@ memsim evaluates rank 0 (the embedding, the most micro-batches), rank 1 (the mos
 rank p - 1 (the head and the loss) and reports the largest peak.
 """
 
+from engine.catalogs.conventions import FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import PPSchedule
 from engine.model.activations import local_tokens, stream_bytes
 from engine.model.common import formula
-from engine.model.conventions import FRAMEWORK_TORCH_PIPELINING
 
 
 @formula

@@ -16,8 +16,8 @@ in the compute dtype, and one block's unsharded gradients before their reduce-sc
 d = dp * cp, the ranks that share one copy of the states; P_blk one block's parameters, P_root the rest.
 """
 
+from engine.catalogs.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
 from engine.model.params import ffn_params, n_moe_layers
 from engine.model.split import layers_per_stage
 from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, trains, weight_bytes_per_param

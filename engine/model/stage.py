@@ -5,6 +5,7 @@ Korthikanti et al. 2022 (arXiv:2205.05198): Table 2 per layer; Eq. 5 and sec. 6 
 Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank).
 """
 
+from engine.catalogs.conventions import FRAMEWORK_DTENSOR_TP
 from engine.inputs.codes import Ckpt, PPSchedule
 from engine.model.activations import (
     fused_kernels,
@@ -16,7 +17,6 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import ceil_div, formula
-from engine.model.conventions import FRAMEWORK_DTENSOR_TP
 from engine.model.loss import pipeline_kept_loss_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.pipeline import in_flight

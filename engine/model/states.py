@@ -17,9 +17,7 @@ Offload (ZeRO-Offload, arXiv:2101.06840 sec. 4) moves optimizer states and fp32 
 (no gradients, no states) and stored as `base_quant` says (QLoRA, arXiv:2305.14314 sec. 3).
 """
 
-from engine.inputs.codes import FFN, Offload, Precision, Quant
-from engine.model.common import ceil_div, formula
-from engine.model.conventions import (
+from engine.catalogs.conventions import (
     FRAMEWORK_AMP_GRAD_BYTES,
     FRAMEWORK_AMP_MASTER_BYTES,
     FRAMEWORK_AMP_WEIGHT_BYTES,
@@ -32,6 +30,8 @@ from engine.model.conventions import (
     OPTIMIZER_STATES,
     OPTIMIZER_TRAINS,
 )
+from engine.inputs.codes import FFN, Offload, Precision, Quant
+from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, head_dim, kv_heads
 from engine.model.split import (
     expert_params_per_gpu,

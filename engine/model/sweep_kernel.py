@@ -1,6 +1,6 @@
 """The sweep kernel: decode configurations from their index, evaluate each level where it changes, store.
 
-No memory arithmetic here. The axes are ordered rank, step, device (engine/inputs/grid.py), so in index order a
+No memory arithmetic here. The axes are ordered rank, step, device (engine/configure/grid.py), so in index order a
 rank-level value holds for `rows_per_rank` consecutive rows, a step-level value for `rows_per_step`, and the
 device axes cycle through their `rows_per_step` combinations `g` within every step. The kernel evaluates
 levels.rank_terms when a rank axis moves (and levels.gpu_terms for every device combination of that rank, into

@@ -7,10 +7,7 @@ ZeRO-3 gathers: sharding.py).
     backward workspace  one layer's gradient buffers; full recomputation's rebuilt layer
 """
 
-from engine.inputs.codes import Attn, Precision, Quant
-from engine.model.activations import local_tokens, stream_bytes
-from engine.model.common import ceil_div, formula
-from engine.model.conventions import (
+from engine.catalogs.conventions import (
     FRAMEWORK_AUTOCAST_CACHE,
     FRAMEWORK_DDP_BUCKET_COPY,
     FRAMEWORK_REDUCE_BUCKET,
@@ -21,6 +18,9 @@ from engine.model.conventions import (
     STEP_LARGEST_FP32,
     STEP_STATE_SIZED,
 )
+from engine.inputs.codes import Attn, Precision, Quant
+from engine.model.activations import local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, largest_layer_params
 from engine.model.states import (
     compute_bytes,

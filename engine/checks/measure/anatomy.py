@@ -16,7 +16,7 @@ import warnings
 
 from engine.checks.measure import breakdown
 from engine.checks.measure.case import resolve
-from engine.checks.measure.measure import MEASURED_STEP, run_logged
+from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged
 
 
 def _table(groups: dict, tokens: int, title: str) -> list[str]:

@@ -19,7 +19,7 @@ def measure_on_cuda(c: dict) -> dict:
     from engine.checks.measure.build import transformer_blocks
     from engine.checks.measure.cuda_semantics import cpu_semantics
     from engine.checks.measure.labels import ModuleLabels
-    from engine.checks.measure.measure import MEASURED_STEP, _roles, prepare, summarize
+    from engine.checks.measure.single_gpu import MEASURED_STEP, prepare, roles, summarize
     from engine.checks.measure.tracker import LiveBytes
     from engine.checks.measure.train import host_state_tensors, train_step
 
@@ -41,7 +41,7 @@ def measure_on_cuda(c: dict) -> dict:
         lb.step = MEASURED_STEP
         train_step(model, opt, c, lb, "cuda")
         torch.cuda.synchronize()
-    out = summarize(lb, _roles(lb, model, opt), model)
+    out = summarize(lb, roles(lb, model, opt), model)
     out["measured_tracked_peak_bytes"] = out["measured_allocated_peak_bytes"]
     out["measured_allocated_peak_bytes"] = torch.cuda.max_memory_allocated()
     out["measured_reserved_peak_bytes"] = torch.cuda.max_memory_reserved()

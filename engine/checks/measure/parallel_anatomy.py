@@ -18,8 +18,9 @@ import warnings
 
 from engine.checks.measure import breakdown
 from engine.checks.measure.case import resolve
-from engine.checks.measure.parallel_run import MEASURED_STEP, run_rank
+from engine.checks.measure.parallel_run import run_rank
 from engine.checks.measure.parallel_summary import role
+from engine.checks.measure.single_gpu import MEASURED_STEP
 
 
 def report(case: dict, top: int = 30) -> str:

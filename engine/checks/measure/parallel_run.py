@@ -23,9 +23,8 @@ from engine.checks.measure.moe import moe_semantics
 from engine.checks.measure.parallel import with_harness, world_size
 from engine.checks.measure.parallel_apply import apply_ddp, apply_fsdp, apply_tp, hf_distribute, uses_autocast
 from engine.checks.measure.parallel_step import train_step
+from engine.checks.measure.single_gpu import MEASURED_STEP
 from engine.checks.measure.train import AMP_DTYPE, HALF_DTYPE, host_state_tensors, make_optimizer, state_tensors
-
-MEASURED_STEP = 1
 
 
 class Run:
@@ -152,7 +151,7 @@ def _on_host(lb, roles: dict[str, set[int]], params) -> None:
 
 
 def _roles(lb, params, module, opt) -> dict[str, set[int]]:
-    """Record ids per role, as ``measure._roles`` but on the local tensors this rank holds; the tagged
+    """Record ids per role, as ``single_gpu.roles`` but on the local tensors this rank holds; the tagged
     framework buffers are never autocast weight casts."""
     ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}
     weights = ids([local(p) for p in params] + list(module.buffers()))

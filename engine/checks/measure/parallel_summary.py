@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from engine.checks.measure import breakdown
 from engine.checks.measure.buffer_tags import BUFFER_KINDS, kind
-from engine.checks.measure.parallel_run import MEASURED_STEP, Run
+from engine.checks.measure.parallel_run import Run
+from engine.checks.measure.single_gpu import MEASURED_STEP
 
 # Anatomy columns: bytes alive at the peak, by the tag of what allocated them (buffer_tags.tagging).
 ANATOMY = {

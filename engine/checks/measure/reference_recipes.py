@@ -191,13 +191,8 @@ def recipe_cases() -> list[tuple[str, str, dict]]:
 def measure_recipe_case(case: dict, device: str = "fake") -> dict:
     """``measure_case`` plus ``measured_host_peak_bytes`` (peak of host-resident bytes in the measured step)."""
     from engine.checks.measure.case import resolve
-    from engine.checks.measure.measure import (
-        MEASURE_DEVICE,
-        MEASURED_STEP,
-        run_logged,
-        summarize,
-        versions,
-    )
+    from engine.checks.measure.measure import MEASURE_DEVICE, versions
+    from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged, summarize
 
     c = resolve(case)
     lb, roles, model = run_logged(c, device)

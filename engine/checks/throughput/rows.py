@@ -4,9 +4,9 @@ GPU, and what it leaves unsaid, filled in by `derivations` and said (engine/chec
 import csv
 
 from engine import DATA_DIR
+from engine.configure.resolve import resolve_case
 from engine.errors import UserError
 from engine.inputs.codes import Invalid
-from engine.inputs.resolve import resolve_case
 from engine.inputs.vocabulary import INPUTS
 from engine.model.flops import model_flops_per_token as flops_per_token
 from engine.model.levels import rank_terms, step_terms

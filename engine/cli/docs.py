@@ -1,9 +1,9 @@
-"""The vocabulary page, docs/config.md, printed from the code: `python -m engine.inputs.docs > docs/config.md`.
+"""The vocabulary page, docs/config.md, printed from the code: `python -m engine.cli.docs > docs/config.md`.
 
 Sections in CONFIG.md's order: catalog keys (data/models.toml, data/gpus.toml), inputs (engine/inputs/vocabulary.py
 and model_fields.py: name, flag, kind, accepted values, default, bounds, help), outputs (engine/model/outputs.py
 OUTPUTS, their meaning from the field comments and docstrings of the tuples that compute them), the columns a
-sweep adds, and the sweep spec (engine/inputs/spec.py). tests/test_docs.py checks that the committed page is what
+sweep adds, and the sweep spec (engine/configure/spec.py). tests/test_docs.py checks that the committed page is what
 this prints, so a change to the vocabulary that does not regenerate the page fails the tests.
 """
 
@@ -11,14 +11,15 @@ import inspect
 import re
 import sys
 
+from engine.catalogs import catalog
+from engine.catalogs.recipes import presets
 from engine.cli.flags import DERIVED_DEFAULTS, flag
+from engine.configure.spec import OUTPUT_OPTIONS, SPEC_TABLES
 from engine.inputs import vocabulary as v
 from engine.inputs.codes import CHOICES, INVALID_REASONS, names
-from engine.inputs.recipes import presets
-from engine.inputs.spec import OUTPUT_OPTIONS, SPEC_TABLES
-from engine.model import catalog, outputs
+from engine.model import outputs
 
-REGENERATE = "python -m engine.inputs.docs > docs/config.md"
+REGENERATE = "python -m engine.cli.docs > docs/config.md"
 
 # CONFIG.md's input sections, in its order, and the vocabulary's field groups each holds.
 INPUT_SECTIONS = [
@@ -39,7 +40,7 @@ SWEEP_COLUMNS = {
     "n_gpus": "int64: the GPU count, derived per row (dp * tp * pp * cp unless given)",
 }
 
-# The tables of a sweep spec and the options of its [output] table (engine/inputs/spec.py accepts exactly these).
+# The tables of a sweep spec and the options of its [output] table (engine/configure/spec.py accepts exactly these).
 SPEC_TABLE_HELP = {
     "title": "a string: the title of the dataset and of its report (default `memsim sweep`)",
     "axes": "input column -> a list of values (or one value); `model` and `gpu` also take `\"all\"` or a catalog "
@@ -123,7 +124,7 @@ def input_lines() -> list[str]:
     placed = [f.name for _, _, fields in INPUT_SECTIONS for f in fields]
     assert sorted(placed) == sorted(v.INPUTS), (
         f"inputs on no section of the page (or on two): {sorted(set(v.INPUTS) ^ set(placed))}; "
-        "place their group in INPUT_SECTIONS of engine/inputs/docs.py")
+        "place their group in INPUT_SECTIONS of engine/cli/docs.py")
     lines = ["## Inputs", "",
              ("Every input has a default, so a case list may give any subset of the columns; an empty cell also "
              "means the default. On the command line each is a flag (`--seq-len` for `seq_len`)."), ""]

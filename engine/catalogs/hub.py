@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from engine.inputs.hf_config import model_from_hf_config
+from engine.catalogs.hf_config import model_from_hf_config
 
 # owner/name as the Hub spells repository ids (huggingface_hub.utils.validate_repo_id): letters, digits, - _ .
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
@@ -76,7 +76,7 @@ def cached_config(repo_id: str) -> Path | None:
 
 
 def model_from_hub_cache(repo_id: str) -> dict | None:
-    """Model fields of a Hub id from its cached config.json (engine.inputs.hf_config), with ``source`` the file;
+    """Model fields of a Hub id from its cached config.json (engine.catalogs.hf_config), with ``source`` the file;
     None when nothing is cached for it.
 
     Examples

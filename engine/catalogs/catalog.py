@@ -1,9 +1,9 @@
-"""The model and GPU catalogs (data/models.toml, data/gpus.toml): load, check, resolve names, tabulate.
+"""The model and GPU catalogs (data/models.toml, data/gpus.toml): load, check, resolve names.
 
 Each TOML table is one entry, keyed as CONFIG.md says (`llama-3.1-8b`, `h100-sxm-80gb`). Loading checks every
 entry against a schema (known fields only, required fields, types, allowed strings) and fails with one line
 naming the file, the entry and the field. Names resolve case-insensitively through keys and `aliases`; a model
-may also be a path to a Hugging Face config.json (engine.inputs.hf_config).
+may also be a path to a Hugging Face config.json (engine.catalogs.hf_config).
 """
 
 import difflib
@@ -13,15 +13,14 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 from engine import DATA_DIR
+from engine.catalogs.hf_config import model_from_hf_config
+from engine.catalogs.hub import model_from_hub_cache
+from engine.catalogs.schema import check_gpu, check_model
 from engine.errors import UserError
-from engine.inputs.hf_config import model_from_hf_config
-from engine.inputs.hub import model_from_hub_cache
 from engine.inputs.model_fields import MODEL_FIELDS
 from engine.inputs.vocabulary import empty_records, parse, spell
-from engine.model.catalog_schema import GPU_SCHEMA, MODEL_SCHEMA, check_gpu, check_model
 
 MODELS_PATH = DATA_DIR / "models.toml"
 GPUS_PATH = DATA_DIR / "gpus.toml"
@@ -168,7 +167,7 @@ def resolve_model(name: str) -> dict:
     path = Path(name)
     if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
         return {"model": str(name), "source": str(path)} | model_from_hf_config(path)
-    if (cached := model_from_hub_cache(name)) is not None:  # a Hub id downloaded before (engine.inputs.hub)
+    if (cached := model_from_hub_cache(name)) is not None:  # a Hub id downloaded before (engine.catalogs.hub)
         return {"model": str(name)} | cached
     if path.suffix == ".json":
         raise UserError(f"no such model config file: {name}")
@@ -205,7 +204,7 @@ def resolve_gpu(name: str) -> dict:
     return {"gpu": key} | gpus[key]
 
 
-# ---------------------------------------------------------------------------------------------------- records, tables
+# ---------------------------------------------------------------------------------------------------- records
 
 
 def model_fields(entry: dict) -> dict:
@@ -234,42 +233,3 @@ def model_record(entry: dict) -> np.record:
     if "dropout" in entry:
         rec["dropout"] = entry["dropout"]
     return rec
-
-
-def _table(key_column: str, entries: dict, schema: dict) -> pl.DataFrame:
-    dtypes = {"str": pl.String, "int": pl.Int64, "bool": pl.Boolean, "float": pl.Float64, "list[str]": pl.List(pl.String)}
-    columns = {key_column: pl.String} | {f: dtypes[k] if isinstance(k, str) else pl.String for f, k in schema.items()}
-    rows = [{key_column: key} | {f: e.get(f) for f in schema} for key, e in entries.items()]
-    return pl.DataFrame(rows, schema=columns)
-
-
-def models_table() -> pl.DataFrame:
-    """One row per catalog model: ``model``, every MODEL_FIELDS column (defaults filled), the extra fields.
-
-    ``n_params`` is the published count, or ``param_count`` of the dims where none is given; counts are Int64.
-
-    Examples
-    --------
-    >>> models_table().filter(pl.col("model") == "gpt2")["n_params"].item()
-    124439808
-    """
-    from engine.model.params import param_count  # numba compiles on first import
-
-    entries = {}
-    for key, e in load_models().items():
-        fields = model_fields(e)
-        if fields["n_params"] == 0:
-            fields["n_params"] = int(param_count(model_record(e)))
-        entries[key] = e | fields | {"dropout": e.get("dropout", 0.0), "exact_count": e.get("exact_count", True)}
-    return _table("model", entries, MODEL_SCHEMA)
-
-
-def gpus_table() -> pl.DataFrame:
-    """One row per catalog GPU: ``gpu`` and every field (bytes as Int64, null where an entry leaves it out).
-
-    Examples
-    --------
-    >>> gpus_table().schema["hbm_bytes"]
-    Int64
-    """
-    return _table("gpu", load_gpus(), GPU_SCHEMA)

@@ -10,9 +10,9 @@ pure mixture-of-experts models have d_ff = 0 (no dense FFN layer).
 import json
 from pathlib import Path
 
+from engine.catalogs.hf_mappers import MAPPERS
+from engine.catalogs.hf_reader import _Reader
 from engine.errors import UserError
-from engine.inputs.hf_mappers import MAPPERS
-from engine.inputs.hf_reader import _Reader
 
 
 def _read_json(path: Path) -> dict:

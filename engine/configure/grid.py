@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.errors import UserError
-from engine.inputs.recipes import preset_inputs
-from engine.inputs.resolve import (
+from engine.catalogs import catalog
+from engine.catalogs.recipes import preset_inputs
+from engine.configure.resolve import (
     MODEL_FIELD_NAMES,
     gpu_attributes,
     model_fields,
     normalize_model,
 )
-from engine.inputs.spec import Spec
+from engine.configure.spec import Spec
+from engine.errors import UserError
 from engine.inputs.vocabulary import (
     GPU_ATTRIBUTES,
     INPUTS,
@@ -31,7 +32,6 @@ from engine.inputs.vocabulary import (
     parse,
     spell,
 )
-from engine.model import catalog
 from engine.model.dependencies import level_of_fields
 from engine.model.split import degrees
 

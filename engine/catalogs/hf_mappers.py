@@ -5,7 +5,7 @@ the module that builds the model (transformers' modeling_<type>.py); MAPPERS dis
 
 
 
-from engine.inputs.hf_reader import _attention, _dense, _linear_bias, _Reader
+from engine.catalogs.hf_reader import _attention, _dense, _linear_bias, _Reader
 
 
 def _llama(r: _Reader) -> dict:

@@ -1,5 +1,5 @@
 """What a catalog entry may say: the schema of data/models.toml and data/gpus.toml, and the checks that fail
-with one line naming the file, the entry and the field (engine/model/catalog.py loads them)."""
+with one line naming the file, the entry and the field (engine/catalogs/catalog.py loads them)."""
 
 import difflib
 import re

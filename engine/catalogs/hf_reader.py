@@ -1,5 +1,5 @@
 """Typed access to a parsed config.json, and the fields most model types share (layers, widths, heads, vocabulary,
-biases): engine/inputs/hf_mappers.py builds each model type's fields from these."""
+biases): engine/catalogs/hf_mappers.py builds each model type's fields from these."""
 
 
 from pathlib import Path

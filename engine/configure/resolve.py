@@ -11,9 +11,10 @@ from functools import cache
 import numpy as np
 
 from engine import DATA_DIR
+from engine.catalogs import catalog
+from engine.catalogs.recipes import preset_inputs
 from engine.errors import UserError
 from engine.inputs.model_fields import MODEL_FIELDS
-from engine.inputs.recipes import preset_inputs
 from engine.inputs.vocabulary import (
     INPUTS,
     RECORD,
@@ -22,7 +23,6 @@ from engine.inputs.vocabulary import (
     is_empty,
     parse,
 )
-from engine.model import catalog
 from engine.model.params import param_count
 from engine.model.split import degrees
 from engine.model.validity import model_magnitude_ok
