@@ -146,6 +146,7 @@ class SegmentInfo:
     is_large: bool
     is_expandable: bool
     blocks: list[BlockInfo] = field(default_factory=list)
+    made_by: object = None  # owner of the request that made the segment (``context_when_segment_allocated``)
 
     @property
     def total_size(self) -> int:
@@ -156,15 +157,18 @@ class SegmentInfo:
         return sum(b.size for b in self.blocks if b.allocated)
 
 
-def snapshot(blocks: list[Block]) -> list[SegmentInfo]:
-    """``snapshot()``: every segment, from its head block along ``next`` while mapped, ordered by address."""
+def snapshot(blocks: list[Block], made_by: dict[int, object] | None = None) -> list[SegmentInfo]:
+    """``snapshot()``: every segment, from its head block along ``next`` while mapped, ordered by address;
+    ``made_by`` maps a segment's address to the owner of the request that made it."""
     out = []
     for head in blocks:
         if head.prev is not None and head.prev.mapped:
             continue
         if not head.mapped:
             continue  # an unmapped range is address space, not memory
-        seg = SegmentInfo(head.ptr, head.stream, not head.pool.is_small, head.expandable is not None)
+        base = head.expandable.base if head.expandable is not None else head.ptr
+        seg = SegmentInfo(head.ptr, head.stream, not head.pool.is_small, head.expandable is not None,
+                          made_by=(made_by or {}).get(base))
         b = head
         while b is not None and b.mapped:
             seg.blocks.append(BlockInfo(b.size, b.requested, b.allocated, b.owner if b.allocated else None))

@@ -26,7 +26,7 @@ NO_CAPACITY_ADDRESS_SPACE = 1 << 40  # virtual bytes an expandable segment reser
 class ExpandableSegments:
     """``expandable_segments:True``: map pages of one growing segment per stream and pool."""
 
-    def _find_expandable_block(self, stream: int, pool: BlockPool, size: int) -> Block:
+    def _find_expandable_block(self, stream: int, pool: BlockPool, size: int, owner=None) -> Block:
         """``find_expandable_block``: the lowest-address run of free-then-unmapped blocks of this stream holding
         ``size`` bytes, or a new segment's whole unmapped range."""
         allocatable = lambda b: b is not None and not b.allocated
@@ -50,6 +50,7 @@ class ExpandableSegments:
         max_handles = -(-(total + total // 8) // page)  # address space for 1 1/8 of the device's memory
         es = ExpandableSegment(self._new_address(max_handles * page), page, max_handles, stream)
         self.expandable_segments.append(es)
+        self.segment_owner[es.base] = owner
         candidate = Block(es.size(), es.base, stream, pool, expandable=es, mapped=False)
         pool.unmapped.insert(candidate)
         return candidate
@@ -81,7 +82,7 @@ class ExpandableSegments:
     def _try_allocate_expandable_block(self, p) -> Block | None:
         """``try_allocate_expandable_block``: map pages until the found run holds the request; the run's block,
         out of the pool, or None when mapping fails (the pages mapped so far stay cached)."""
-        candidate = self._find_expandable_block(p.stream, p.pool, p.size)
+        candidate = self._find_expandable_block(p.stream, p.pool, p.size, p.owner)
         if not candidate.mapped and not self._map_block(candidate, min(candidate.size, p.size)):
             return None
         while candidate.size < p.size:  # free -> unmapped: map the missing bytes, which merge into the free block
@@ -123,4 +124,5 @@ class ExpandableSegments:
         """``release_expandable_segment``: a wholly unmapped segment gives back its address range."""
         assert block.size == block.expandable.size() and not block.mapped
         self.expandable_segments.remove(block.expandable)
+        self.segment_owner.pop(block.expandable.base, None)
         block.pool.unmapped.erase(block)

@@ -25,6 +25,7 @@ class ReleasingCachedBlocks:
         """``release_block``: ``cudaFree`` a whole cached segment."""
         assert block.expandable is None
         block.pool.blocks.erase(block)
+        self.segment_owner.pop(block.ptr, None)
         self.segments.decrease(1)
         self.reserved.decrease(block.size)
         self.num_device_free += 1

@@ -107,8 +107,7 @@ def replay_events(events: list[Event], config: AllocatorConfig = AllocatorConfig
     a, live, best, best_at = CachingAllocator(config, capacity_bytes), {}, -1, -1
     for i, (_, sign, key, r) in enumerate(events):
         if sign > 0:
-            live[key] = a.malloc(r.nbytes, stream_of(r))
-            live[key].owner = r
+            live[key] = a.malloc(r.nbytes, stream_of(r), owner=r)
             if a.reserved.peak > best:
                 best, best_at = a.reserved.peak, i
         else:

@@ -78,8 +78,8 @@ class Stat:
 class _Request:
     """``AllocParams``: one malloc's rounded size, pool, stream, segment size and (once found) block."""
 
-    def __init__(self, size: int, stream: int, pool: BlockPool, alloc_size: int) -> None:
-        self.size, self.stream, self.pool, self.alloc_size = size, stream, pool, alloc_size
+    def __init__(self, size: int, stream: int, pool: BlockPool, alloc_size: int, owner) -> None:
+        self.size, self.stream, self.pool, self.alloc_size, self.owner = size, stream, pool, alloc_size, owner
         self.block: Block | None = None
 
 
@@ -102,17 +102,19 @@ class CachingAllocator(ExpandableSegments, ReleasingCachedBlocks):
         self.allocated, self.reserved, self.requested, self.segments = Stat(), Stat(), Stat(), Stat()
         self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
         self.expandable_segments: list[ExpandableSegment] = []
+        self.segment_owner: dict[int, object] = {}  # segment address -> owner of the request that made it
         self._next_address = ADDRESS_START
         self.allowed_memory_maximum: int | None = None
         self.set_memory_fraction(config.memory_fraction)
 
     # ---- public API (malloc, free, emptyCache, snapshot) --------------------------------------------------
 
-    def malloc(self, nbytes: int, stream: int = 0) -> Block:
-        """``malloc``: a block of at least ``nbytes`` on ``stream``, from the cache or a new segment."""
+    def malloc(self, nbytes: int, stream: int = 0, owner=None) -> Block:
+        """``malloc``: a block of at least ``nbytes`` on ``stream``, from the cache or a new segment. ``owner`` labels
+        the block while it is allocated, and the segment if this request makes one (a snapshot's "frames")."""
         size = round_size(nbytes, self.config)
         pool = self.small_blocks if is_small(size) else self.large_blocks
-        p = _Request(size, stream, pool, allocation_size(size, self.config))
+        p = _Request(size, stream, pool, allocation_size(size, self.config), owner)
         found = self._get_free_block(p)
         if not found:
             if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
@@ -123,7 +125,9 @@ class CachingAllocator(ExpandableSegments, ReleasingCachedBlocks):
         if not found:
             raise OutOfMemoryError(f"tried to allocate {p.alloc_size} bytes with {self.reserved.current} reserved "
                                    f"and {self.allocated.current} allocated of {self.capacity}")
-        return self._alloc_found_block(p, nbytes, self._should_split(p.block, size))
+        block = self._alloc_found_block(p, nbytes, self._should_split(p.block, size))
+        block.owner = owner
+        return block
 
     def free(self, block: Block) -> None:
         """``free``: the block goes back to its pool (no other stream used it, so no events to wait for)."""
@@ -152,7 +156,7 @@ class CachingAllocator(ExpandableSegments, ReleasingCachedBlocks):
     def snapshot(self):
         """``snapshot()``: the segments and their blocks now (``allocator_blocks.SegmentInfo``)."""
         free = [*self.small_blocks.blocks, *self.large_blocks.blocks]
-        return snapshot([*free, *self.active])
+        return snapshot([*free, *self.active], self.segment_owner)
 
     # ---- finding a cached block --------------------------------------------------------------------------
 
@@ -264,6 +268,7 @@ class CachingAllocator(ExpandableSegments, ReleasingCachedBlocks):
         if not self._device_has_room(p.alloc_size):
             return False
         p.block = Block(p.alloc_size, self._new_address(p.alloc_size), p.stream, p.pool)
+        self.segment_owner[p.block.ptr] = p.owner
         self.segments.increase(1)
         self.reserved.increase(p.alloc_size)
         self.num_device_alloc += 1
