@@ -22,7 +22,7 @@ from engine.configure.spec import parse_spec
 from engine.dataset.chunks import SweepKernel
 from engine.inputs.codes import Invalid
 from engine.inputs.vocabulary import INPUTS, RECORD, names
-from engine.model.kernel import UNSET, evaluate
+from engine.model.kernel import UNSET, evaluate_compiled
 from engine.model.outputs import OUTPUTS
 from tests.support import outputs
 
@@ -54,7 +54,7 @@ class ExactTable:
 @pytest.fixture
 def exact_tables(monkeypatch):
     """The conventions tables (data/optimizers.toml, frameworks.toml), read as Python ints while the reference runs."""
-    evaluate(resolve_cases([{"model": "gpt2"}])[0])  # compile the kernel with the real arrays first
+    evaluate_compiled(resolve_cases([{"model": "gpt2"}])[0])  # compile the kernel with the real arrays first
     import importlib
     import pkgutil
 
@@ -84,7 +84,7 @@ def test_the_kernel_is_exact_or_says_too_large(seed, exact_tables):
     rng = np.random.default_rng(seed)
     cases = [random_huge_case(rng) for _ in range(300)]
     records, _, _ = resolve_cases(cases)
-    got = evaluate(records)
+    got = evaluate_compiled(records)
     too_large = 0
     for i in range(len(records)):
         want = outputs(exact(records[i]))
@@ -102,7 +102,7 @@ def test_the_kernel_is_exact_or_says_too_large(seed, exact_tables):
 def test_a_huge_configuration_never_fits():
     records, _, _ = resolve_cases([{"model": "llama-3.1-8b", "attention": "eager", "seq_len": 2**21,
                                     "micro_batch": 512, "n_gpus": 8, "zero_stage": 3}])
-    got = evaluate(records)
+    got = evaluate_compiled(records)
     assert got["fits"][0] == 0 and got["valid"][0] == 0 and got["invalid_reason"][0] == Invalid.TOO_LARGE
 
 
@@ -188,7 +188,7 @@ def test_sweep_kernel_equals_the_scalar_reference_across_the_input_ranges(huge_m
         axes = random_axes(rng, huge_model)
         grid = build_grid(parse_spec({"axes": axes}))
         got, records = sweep_and_records(grid, rng, per_grid, int(rng.integers(1, 64)))
-        want = evaluate(records)  # the scalar reference (levels.evaluate_one) for every record, compiled
+        want = evaluate_compiled(records)  # the scalar reference (levels.evaluate_one) for every record, compiled
         for name in OUTPUTS:
             bad = np.flatnonzero(~same(got[name], want[name]))
             assert not bad.size, f"MEMSIM_TEST_SEED={SEED}, grid {g} {axes}: {name} differs at {bad[:5]}"

@@ -20,11 +20,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> None:
     from engine.ask.explain import explain, render, to_json
-    from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import fill_outputs
+    from engine.cli.first_run import show_notices
 
     config = given_config(args)
-    say_if_compiling(fill_outputs)
+    show_notices()  # a kernel about to compile says so (a few rows run in Python and never do)
     result = explain(config)
     if not result["valid"]:
         raise UserError(f"this layout cannot run: {result['invalid_reason']} ({result['summary']})")

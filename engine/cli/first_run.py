@@ -1,29 +1,33 @@
-"""The first run of a command that evaluates configurations compiles memsim's numba kernels (about 30 s on two idle
-cores, a minute on busy ones) and caches the machine code on disk; later runs load it in about a second. A command
-says so on stderr, once, when the cache holds nothing for the kernel it is about to call: the wait is not silence."""
+"""The first run of a command that evaluates many configurations compiles memsim's numba kernels and caches the
+machine code on disk; later runs load it in under a second. A few configurations never wait for a compiler: they
+run the scalar reference in Python (engine/model/kernel.py). A command says on stderr, once, when a kernel is about
+to compile, with the time it takes: the wait is not silence."""
 
+import logging
 import sys
 
-COMPILE_TIME = "30 s to a minute"  # explain's kernel, cold: 28 s on an idle two-core machine, 63 s of CPU on a busy one
+from engine.model.kernel import KERNEL_COMPILE_SECONDS, cold, compile_notice
 
 
-def cold(kernel) -> bool:
-    """Whether numba's on-disk cache holds no machine code for `kernel` (a cache=True njit function) that matches
-    its source: the next call compiles. False when this cannot be known (NUMBA_DISABLE_JIT: nothing compiles)."""
-    index = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
-    if index is None:
-        return False
-    try:
-        return not index._load_index()  # {} when missing, of another numba version, or stale
-    except Exception:  # noqa: BLE001 (an unreadable index is rebuilt: numba compiles)
-        return True
+class Stderr(logging.Handler):
+    """Each notice as one line on whichever stream is sys.stderr when it is said."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"memsim: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def show_notices() -> None:
+    """Print what the engine's `memsim` logger says (a compile about to start) on stderr, as `memsim: ...`."""
+    log = logging.getLogger("memsim")
+    if not any(isinstance(h, Stderr) for h in log.handlers):
+        log.addHandler(Stderr())
+        log.setLevel(logging.WARNING)
 
 
 def say_if_compiling(*kernels) -> bool:
     """One line on stderr when any of `kernels` will compile on its first call; True when it said so."""
     if not any(cold(k) for k in kernels):
         return False
-    where = getattr(kernels[0]._cache, "_cache_path", "the numba cache")
-    print(f"memsim: compiling the kernels (first run only, {COMPILE_TIME}; cached in {where})...",
-          file=sys.stderr, flush=True)
+    show_notices()
+    compile_notice(kernels[0], KERNEL_COMPILE_SECONDS)
     return True

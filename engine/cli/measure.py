@@ -58,10 +58,9 @@ def run_measure(cases: str, output: str, device: str) -> pa.Table:
 
 
 def run(args) -> None:
-    from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import fill_outputs
+    from engine.cli.first_run import show_notices
 
-    say_if_compiling(fill_outputs)  # the estimate beside each measurement runs the kernel
+    show_notices()  # a kernel about to compile says so (a few rows run in Python and never do)
     table = run_measure(args.cases, args.output, args.device)
     peaks = table.column("measured_allocated_peak_bytes").to_pylist()
     est = table.column("allocated_peak_bytes").to_pylist()

@@ -18,10 +18,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> None:
     from engine.checks import validate
-    from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import fill_outputs
+    from engine.cli.first_run import show_notices
 
-    say_if_compiling(fill_outputs)
+    show_notices()  # a kernel about to compile says so (a few rows run in Python and never do)
     results, speed = [], []
     if args.set in ("all", "published"):
         results += validate.golden_results()
