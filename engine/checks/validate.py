@@ -187,7 +187,7 @@ def render(results: list[dict]) -> str:
               for g, s in summary(results).items()]
     if groups:
         lines += [""] + aligned(["group", "n", "median |error|", "max |error|"], groups, {1, 2, 3})
-    reported = sum(r["ok"] is None for r in memory)
+    reported = sum(r["ok"] is None and not r.get("summarized") for r in memory)
     if reported:
         lines.append(f"(+ {reported} figures reported only: under-specified in their source, not held to a tolerance)")
     return "\n".join(lines)

@@ -10,8 +10,9 @@ EXAMPLE = "Example:\n  memsim validate --set measured --markdown"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("validate", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=["all", "published", "measured", "recipes", "throughput"], default="all",
-                   help="recipes: peaks that training recipes published from real GPUs (reported, not held)")
+    p.add_argument("--set", choices=["all", "published", "measured", "hardware", "recipes", "throughput"],
+                   default="all", help="hardware: peaks measured on real GPUs and published (reported, not held); "
+                                       "recipes: the hardware rows of torchtune, torchtitan, Trainy and PEFT")
     p.add_argument("--markdown", action="store_true", help="the README's table")
     p.set_defaults(run=run)
 
@@ -26,10 +27,10 @@ def run(args) -> None:
         results += validate.golden_results()
     if args.set in ("all", "measured"):
         results += validate.measured_results()
-    if args.set in ("all", "recipes"):
-        from engine.checks.recipes_published import recipes_published_results
+    if args.set in ("all", "hardware", "recipes"):
+        from engine.checks.hardware import RECIPE_SOURCES, hardware_results
 
-        results += recipes_published_results()
+        results += hardware_results(RECIPE_SOURCES if args.set == "recipes" else None)
     if args.set in ("all", "throughput"):
         from engine.checks.throughput.comparison import regressions, throughput_results
 
