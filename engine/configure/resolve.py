@@ -44,6 +44,27 @@ def model_fields(entry: dict) -> dict:
     return fields
 
 
+def nccl_link(entry: dict) -> str:
+    """How NCCL reaches the other GPUs of a node (data/overheads.toml [links]): over NVLink, over PCIe with P2P, or
+    through host memory (GeForce cards, whose driver disables P2P), read from the catalog entry's tags."""
+    tags = entry.get("tags", [])
+    return "nvlink" if "nvlink" in tags else "shm" if "consumer" in tags else "pcie"
+
+
+def nccl_attributes(entry: dict) -> dict:
+    """The NCCL constants of a catalog GPU (data/overheads.toml): channels by architecture and link, the bytes of
+    one channel's connection, NVLS buffers on NVLink-switch systems; nccl_buffer_bytes 0: derived per communicator."""
+    arch, link = overheads()[entry["arch"]], nccl_link(entry)
+    channels = arch.get(link) or arch["pcie"]
+    return {
+        "nccl_buffer_bytes": 0,
+        "nccl_channels": channels["nccl_channels"],
+        "nccl_p2p_channels": channels["nccl_p2p_channels"],
+        "nccl_connection_bytes": overheads()["links"][link],
+        "nccl_nvls_bytes": arch.get("nccl_nvls_bytes", 0) if link == "nvlink" else 0,
+    }
+
+
 def gpu_attributes(entry: dict) -> dict:
     """A GPU catalog entry as the record's GPU attributes: capacity and the overheads of its architecture."""
     arch = overheads()[entry["arch"]]
@@ -53,7 +74,7 @@ def gpu_attributes(entry: dict) -> dict:
         "capacity_bytes": int(entry["hbm_bytes"]),
         "cuda_context_bytes": arch["cuda_context_bytes"],
         "cublas_workspace_bytes": arch["cublas_workspace_bytes"],
-        "nccl_buffer_bytes": arch["nccl_buffer_bytes"],
+        **nccl_attributes(entry),
         "host_ram_bytes": host // per_node if per_node else 0,
         "bf16_tflops": float(entry.get("bf16_tflops") or entry.get("fp16_tflops") or 0.0),
         "fp8_tflops": float(entry.get("fp8_tflops") or 0.0),

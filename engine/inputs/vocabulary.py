@@ -85,7 +85,11 @@ GPU_FIELDS = [
     Field("capacity_bytes", "int", 0, "the GPU's memory in bytes (0 = the catalog's)", low=0, high=2**50),
     Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0, high=2**50),
     Field("cublas_workspace_bytes", "int", 0, "cuBLAS workspace (0 = by architecture)", low=0, high=2**50),
-    Field("nccl_buffer_bytes", "int", 0, "NCCL buffers per communicator (0 = by architecture)", low=0, high=2**50),
+    Field("nccl_buffer_bytes", "int", 0, "NCCL device memory per communicator (0 = derived from the layout, the framework's process groups and the GPU's link: data/golden/OVERHEADS.md)", low=0, high=2**50),
+    Field("nccl_channels", "int", 0, "NCCL ring channels of a collective within a node (0 = by architecture and link, data/overheads.toml)", low=0, high=64),
+    Field("nccl_p2p_channels", "int", 0, "NCCL channels per peer of send/recv and all-to-all within a node (0 = by architecture and link)", low=0, high=64),
+    Field("nccl_connection_bytes", "int", 0, "device bytes of one NCCL channel's connection to one peer, send and receive side (12 MiB with P2P; 0 through host memory)", low=0, high=2**40),
+    Field("nccl_nvls_bytes", "int", 0, "NVLink SHARP buffer per local rank of a communicator (32 MiB on Hopper NVLink switches; 0 = no NVLS, NCCL_NVLS_ENABLE=0)", low=0, high=2**40),
     Field("host_ram_bytes", "int", 0, "host RAM per GPU of a full node, for offload (0 = the catalog node's share); a job on fewer GPUs than a node shares the node's RAM among them", low=0, high=2**56),
     # For time and cost (engine/model/time.py): 0 = the catalog's.
     Field("bf16_tflops", "float", 0.0, "dense bf16 tensor-core peak, TFLOP/s (fp16 where the GPU has no bf16)", low=0.0, high=1e6),

@@ -10,7 +10,8 @@ f d_ff, V vocab, L n_layers, E n_experts, k top_k, t tp, p pp, c cp, e ep, N dp,
     states.py       weights, gradients, optimizer states (precision x optimizer x framework x ZeRO)
     activations.py  activations saved for backward (Korthikanti et al. 2022 generalised), pipeline in-flight
     temporaries.py  logits and loss, ZeRO-3 gathers, buckets, optimizer-step buffers, recompute
-    overhead.py     CUDA context, cuBLAS workspace, NCCL buffers, allocator slack
+    overhead.py     CUDA context, cuBLAS workspaces, the NCCL communicators of each framework's groups, slack
+    nccl.py         one NCCL communicator's device memory, from NCCL's source
     peak.py         the phased peak, fits, bottleneck, validity
 """
 
