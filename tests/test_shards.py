@@ -142,13 +142,13 @@ def test_ray_retries_a_shard_whose_worker_died(ray_cluster, spec, whole, tmp_pat
     assert_frame_equal(sweep_rows(tmp_path / "ray"), sweep_rows(whole))
 
 
-def test_staged_publishing_gives_the_rows_of_one_process(spec, whole, tmp_path):
-    # The object-store path (sweep in a local staging dataset, copy part then marker through pyarrow.fs),
-    # exercised against a local filesystem.
+def test_publishing_through_pyarrow_fs_gives_the_rows_of_one_process(spec, whole, tmp_path):
+    # The object-store path (the part streamed to a temporary through pyarrow.fs, moved to its name, then its
+    # marker), exercised against a local filesystem.
     for k in range(4):
-        sweep_shard(spec, tmp_path / "staged", shard=(k, 4), stage=True, **QUIET)
+        sweep_shard(spec, tmp_path / "staged", shard=(k, 4), through_fs=True, **QUIET)
     assert verify_dataset(tmp_path / "staged").ok
-    assert not list((tmp_path / "staged").glob("*.tmp"))
+    assert not list((tmp_path / "staged").glob("*.tmp*"))
     assert_frame_equal(sweep_rows(tmp_path / "staged"), sweep_rows(whole))
 
 

@@ -22,15 +22,8 @@ from pathlib import Path
 import engine
 from engine.configure.grid import build_grid
 from engine.configure.spec import load_spec
-from engine.dataset.shards import (
-    KEEP_FLAGS,
-    filesystem,
-    is_local,
-    keep_mode,
-    prepare_remote,
-    read_json,
-    sweep_shard,
-)
+from engine.dataset.location import locate
+from engine.dataset.shards import KEEP_FLAGS, keep_mode, prepare_remote, sweep_shard
 from engine.dataset.store import MANIFEST, check_shard_count, prepare_dataset
 from engine.errors import UserError
 
@@ -121,9 +114,12 @@ def cpus_per_shard(ray) -> int:
     return int(max(1, min(CPUS_PER_SHARD, largest)))
 
 
-def default_shards(ray, fs, base: str) -> int:
+def default_shards(ray, place) -> int:
     """An existing dataset's shard count (so a second run completes it), else one shard per CPUS_PER_SHARD."""
-    old = read_json(fs, f"{base}/{MANIFEST}")
+    try:
+        old = place.read_json(MANIFEST)
+    except ValueError:
+        old = None  # a damaged manifest: prepare says so
     if old and old.get("n_shards"):
         return int(old["n_shards"])
     return max(1, int(ray.cluster_resources().get("CPU", 1)) // CPUS_PER_SHARD)
@@ -137,19 +133,19 @@ def run_ray(spec_path, out, n_shards=None, address=None, force=False, feasible_o
     ray = import_ray(address)
     spec = load_spec(spec_path)
     grid = build_grid(spec)
-    fs, base = filesystem(out)
+    place = locate(out)
     keep = keep_mode(spec, feasible_only, valid_only)
     options = dict(force=force, feasible_only=keep == "feasible", valid_only=keep == "valid", chunk_rows=chunk_rows)
     started = connect(ray, address)
     try:
-        n = n_shards or default_shards(ray, fs, base)
+        n = n_shards or default_shards(ray, place)
         if n < 1:
             raise UserError(f"--shards takes a number >= 1, got {n}")
         check_shard_count(n)
-        if is_local(fs):
-            prepare_dataset(Path(base), grid, n, force)
+        if place.local:
+            prepare_dataset(Path(place.base), grid, n, force)
         else:
-            prepare_remote(fs, base, grid, n, force)
+            prepare_remote(place, grid, n, force)
         say(f"{grid.total:,} configurations in {n} shards on Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs) -> {out}")
         return gather(ray, spec, grid, str(out), n, options, max_retries, before, say)
     finally:

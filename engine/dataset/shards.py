@@ -4,7 +4,8 @@ A sweep is embarrassingly parallel over index ranges (DESIGN.md, "Beyond one mac
 slice `shard_range(total, k, N)` and writes its own part file and completion marker (engine/store.py), so any
 scheduler can run the shards in any order. This module
   - plans N shards: index ranges, sizes, and a Slurm array / shell loop to paste (`memsim sweep SPEC --plan N`);
-  - writes one shard to a local path or an object-store URI through pyarrow's filesystems (`sweep_shard`);
+  - writes one shard to a local path, or streams it to an object-store URI through pyarrow's filesystems
+    (`sweep_shard`);
 and engine/dataset/verify.py checks the dataset they make (`memsim verify DIR`).
 """
 
@@ -14,22 +15,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from engine.configure.grid import build_grid
 from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
-from engine.dataset.store import (
-    MANIFEST,
-    check_manifest,
-    check_shard_count,
-    marker_path,
-    part_name,
-    prepare_dataset,
-    spec_digest,
-)
-from engine.dataset.sweep import expected_bytes, run_sweep, shard_range
+from engine.dataset.location import Location, filesystem, is_local, locate, read_json  # noqa: F401 (re-exported)
+from engine.dataset.store import MANIFEST, check_manifest, check_shard_count, part_name, prepare_dataset, spec_digest
+from engine.dataset.sweep import expected_bytes, run_sweep, shard_job, shard_range, stream
 from engine.errors import UserError
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
@@ -52,92 +45,65 @@ def keep_mode(spec, feasible_only, valid_only) -> str:
     return "feasible" if feasible_only else "valid" if valid_only else "all"
 
 
-# --- filesystems ---------------------------------------------------------------------------------------------
+# --- a shard to any filesystem ---------------------------------------------------------------------------------
 
-def filesystem(uri: str | Path) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the dataset's path in it: a local path, file://..., s3://..., gs://..."""
-    uri = str(uri)
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), str(Path(uri).resolve())
+def prepare_remote(place: Location, grid, n_shards: int, force: bool) -> dict:
+    """prepare_dataset for a Location (an object store has no directories and no locks): refuse another spec's
+    dataset, then publish the manifest and the spec."""
     try:
-        fs, path = pafs.FileSystem.from_uri(uri)
-    except (pa.ArrowException, ValueError, OSError) as err:
-        raise UserError(f"cannot open {uri}: {err}") from None
-    return fs, path.rstrip("/")
-
-
-def is_local(fs: pafs.FileSystem) -> bool:
-    return isinstance(fs, pafs.LocalFileSystem)
-
-
-def read_json(fs: pafs.FileSystem, path: str) -> dict | None:
-    if fs.get_file_info(path).type != pafs.FileType.File:
-        return None
-    with fs.open_input_stream(path) as f:
-        return json.loads(f.read())
-
-
-def prepare_remote(fs: pafs.FileSystem, base: str, grid, n_shards: int, force: bool) -> dict:
-    """prepare_dataset for an object store: refuse another spec's dataset, then publish manifest and spec."""
-    try:
-        old = read_json(fs, f"{base}/{MANIFEST}")
+        old = place.read_json(MANIFEST)
         old = None if old is None else check_manifest(old)
     except (OSError, ValueError, TypeError) as err:
         if not force:
-            raise UserError(f"{base}/{MANIFEST} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a new "
-                            "location, or with --force to replace it") from None
+            raise UserError(f"{place.shown(MANIFEST)} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a "
+                            "new location, or with --force to replace it") from None
         old = {}
     same = old is None or (old.get("spec_digest") == spec_digest(grid) and old.get("n_shards") == n_shards)
     if not same and not force:
-        raise UserError(f"{base} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
+        raise UserError(f"{place.uri} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
                         f"{old.get('n_shards')} shards); use a new location, or --force to replace it")
     if not same:
-        for info in fs.get_file_info(pafs.FileSelector(base, recursive=True)):
+        for info in place.fs.get_file_info(pafs.FileSelector(place.base, recursive=True)):
             if PART.search(info.path) or MARKER.search(info.path):
-                fs.delete_file(info.path)
+                place.fs.delete_file(info.path)
     with tempfile.TemporaryDirectory(prefix="memsim-") as tmp:
         local = Path(tmp) / "dataset"
         manifest = prepare_dataset(local, grid, n_shards, force=False)  # the same manifest a local sweep writes
         if old is not None and same:
             manifest["created"] = old.get("created", manifest["created"])
             (local / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        fs.create_dir(f"{base}/_shards", recursive=True)
+        place.fs.create_dir(place.path("_shards"), recursive=True)
         for name in ("_spec.toml", MANIFEST):
-            pafs.copy_files(str(local / name), f"{base}/{name}", source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=fs)
+            place.write_bytes(name, (local / name).read_bytes())
     return manifest
 
 
-def publish_shard(stage: Path, fs: pafs.FileSystem, base: str, shard: int, n_shards: int) -> None:
-    """Copy a shard finished in a local staging dataset to its destination: the part first, then its marker.
-
-    An object store makes an object visible only when its upload completes, so the part never appears half
-    written; the marker, copied last, is what says the shard is complete (as the rename does locally).
-    """
-    local = pafs.LocalFileSystem()
-    name = part_name(shard, n_shards)
-    marker = marker_path(Path(""), shard, n_shards).as_posix()
-    fs.create_dir(f"{base}/_shards", recursive=True)
-    if fs.get_file_info(f"{base}/{marker}").type == pafs.FileType.File:  # a re-run: the old part stays until the
-        fs.delete_file(f"{base}/{marker}")  # new one is uploaded over it; only its marker is withdrawn now
-    pafs.copy_files(str(stage / name), f"{base}/{name}", source_filesystem=local, destination_filesystem=fs)
-    pafs.copy_files(str(stage / marker), f"{base}/{marker}", source_filesystem=local, destination_filesystem=fs)
+def remove_remote_temporaries(place: Location, shard: int, n_shards: int) -> None:
+    """Temporaries of this shard a writer left when it died between finishing one and renaming it. A live
+    writer's upload is not an object yet (an object store shows an object once its upload completes)."""
+    selector = pafs.FileSelector(place.base, allow_not_found=True)
+    for info in place.fs.get_file_info(selector):
+        if info.base_name.startswith(part_name(shard, n_shards) + ".tmp"):
+            place.fs.delete_file(info.path)
 
 
-def sweep_shard(spec_path, out: str | Path, shard=(0, 1), force=False, stage=None, **options):
+def sweep_shard(spec_path, out: str | Path, shard=(0, 1), force=False, through_fs=False, feasible_only=None,
+                valid_only=None, chunk_rows=1 << 20, progress=None, say=print):
     """run_sweep for one shard into a local path or a URI (`file://`, `s3://`, ...): the code path of every
-    engine. A local destination is written in place (tmp + rename); any other is swept into a local
-    staging dataset and published with publish_shard. `stage=True` forces staging (tests use it)."""
-    fs, base = filesystem(out)
-    if stage is None:
-        stage = not is_local(fs)
-    if not stage:
-        return run_sweep(spec_path, base, shard=shard, force=force, **options)
-    grid = build_grid(load_spec(spec_path))
-    prepare_remote(fs, base, grid, shard[1], force)
-    with tempfile.TemporaryDirectory(prefix="memsim-stage-") as tmp:
-        result = run_sweep(spec_path, Path(tmp) / "dataset", shard=shard, force=force, **options)
-        publish_shard(Path(tmp) / "dataset", fs, base, *shard)
+    engine. A local destination is written in place (tmp + rename, under a lock); any other is streamed through
+    its pyarrow filesystem: the part to a temporary object while the kernel runs, moved to its name when
+    complete, then its marker. `through_fs=True` takes the second path on a local directory too (tests use it)."""
+    place = locate(out)
+    if place.local and not through_fs:
+        return run_sweep(spec_path, place.base, shard=shard, force=force, feasible_only=feasible_only,
+                         valid_only=valid_only, chunk_rows=chunk_rows, progress=progress, say=say)
+    if place.kind() == pafs.FileType.File:
+        raise UserError(f"{out} exists and is not a directory: memsim sweep -o takes a directory")
+    job = shard_job(spec_path, shard, feasible_only, valid_only, chunk_rows)
+    say(job.describe())
+    manifest = prepare_remote(place, job.kernel.grid, job.shard[1], force)
+    remove_remote_temporaries(place, *job.shard)
+    result = stream(job, place, manifest, progress)
     result.out_dir = out
     return result
 

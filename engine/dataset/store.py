@@ -5,7 +5,8 @@ Layout of a dataset directory:
     _memsim.lock                      held while a sweep checks and writes the manifest
     _spec.toml                        the spec as the user wrote it
     part-00000-of-00004.parquet       shard 0's rows (written as .tmp-HOST-PID, renamed when complete)
-    _shards/00000-of-00004.json       shard 0's completion record: index range, row count, spec digest
+    _shards/00000-of-00004.json       shard 0's completion record: index range, row count, spec digest, the
+                                      part's size and checksums, and who wrote it (host, Ray node, version, time)
     _shards/00000-of-00004.lock       held by the process writing shard 0
 The markers are the truth of a dataset: a part file counts only when its marker says so (engine/dataset/views.py
 reads exactly the parts the markers list). A part exists under its final name only once it is complete; a
@@ -15,7 +16,6 @@ temporary names carry the host and process id, so two writers never share one.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -24,11 +24,17 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import engine
 from engine.atomic import write_text_atomic
 from engine.catalogs import catalog
+from engine.dataset.checksum import Damaged, HashingSink, footer_of
+from engine.dataset.checksum import record as checksum_record
+from engine.dataset.location import Location
+from engine.dataset.locks import locked
+from engine.dataset.provenance import provenance
 from engine.errors import UserError
 
 MANIFEST = "_memsim.json"
@@ -61,10 +67,6 @@ def marker_path(out_dir: Path, shard: int, n_shards: int) -> Path:
     return out_dir / "_shards" / f"{shard:05d}-of-{n_shards:05d}.json"
 
 
-def lock_path(out_dir: Path, shard: int, n_shards: int) -> Path:
-    return out_dir / "_shards" / f"{shard:05d}-of-{n_shards:05d}.lock"
-
-
 def writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -92,44 +94,6 @@ def check_manifest(manifest) -> dict:
     if not isinstance(manifest.get("spec_digest"), str):
         raise TypeError(f"spec_digest must be text, got {manifest.get('spec_digest')!r:.40}")
     return manifest
-
-
-# --- locks ---------------------------------------------------------------------------------------------------
-
-
-class Busy(UserError):
-    """Another process holds the lock."""
-
-
-@contextlib.contextmanager
-def locked(path: Path, what: str, wait: bool = False):
-    """An exclusive flock on `path` for the block; Busy (one line, naming the holder) when another process holds
-    it and `wait` is false. A filesystem without flock (some network mounts) runs the block unlocked."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise UserError(f"cannot create the lock {path}: {err.strerror or err}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise Busy(f"{what} is being written by {holder}; wait for it to finish (or stop it), then run again") from None
-        except OSError:
-            yield  # no flock here: nothing to hold
-            return
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"memsim pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        except OSError:
-            pass
-        yield
-    finally:
-        os.close(fd)  # releases the flock
-
-
-def shard_lock(out_dir: Path, shard: int, n_shards: int):
-    return locked(lock_path(out_dir, shard, n_shards), f"shard {shard}/{n_shards} of {out_dir}")
 
 
 # --- the dataset directory ------------------------------------------------------------------------------------
@@ -211,25 +175,39 @@ class PartWriter:
     (dictionary pages, direct from their Arrow dictionaries); every other column is PLAIN, since the writer's
     dictionary hashing costs more per value than the compression of its long runs does; the index is delta
     encoded; statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
+    Every page carries a CRC-32 and the bytes are hashed as they are written (engine/dataset/checksum.py).
 
-    Until close() the shard's previous part and marker (a re-run's) stay as they are.
+    `out_dir` is a local directory (written with open() and os.replace) or a Location (written through its
+    pyarrow filesystem: streamed to a temporary object, then moved to its name, as an object store allows; a
+    write that fails or is interrupted deletes its temporary). Until close() the shard's previous part and
+    marker (a re-run's) stay as they are.
     """
 
-    def __init__(self, out_dir: Path, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str,
-                 axes: list[str]):
-        self.out_dir = Path(out_dir)
-        self.final = self.out_dir / part_name(shard, n_shards)
-        self.tmp = self.final.with_name(f"{self.final.name}.tmp-{writer_id()}")  # this process's own
-        self.marker = marker_path(self.out_dir, shard, n_shards)
+    def __init__(self, out_dir, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str,
+                 axes: list[str], started: float | None = None):
+        self.place = out_dir if isinstance(out_dir, Location) else None
+        name, marker = part_name(shard, n_shards), marker_path(Path(""), shard, n_shards).as_posix()
+        if self.place is None:
+            self.out_dir = Path(out_dir)
+            self.final = self.out_dir / name
+            self.tmp = self.final.with_name(f"{name}.tmp-{writer_id()}")  # this process's own
+            self.marker = marker_path(self.out_dir, shard, n_shards)
+        else:
+            self.out_dir = self.place.uri
+            self.final, self.marker = self.place.path(name), marker
+            self.tmp = f"{self.final}.tmp-{writer_id()}"
+        self.started = time.time() if started is None else started
         schema = schema.with_metadata({b"memsim": json.dumps(metadata).encode()})
-        self.rows = 0
+        self.rows, self.sink = 0, None
         try:
+            stream = open(self.tmp, "wb") if self.place is None else self.place.fs.open_output_stream(self.tmp)  # noqa: SIM115
+            self.sink = HashingSink(stream)  # closed in close() or abort()
             self.writer = pq.ParquetWriter(
-                self.tmp, schema, compression=compression, use_dictionary=axes,
+                self.sink, schema, compression=compression, use_dictionary=axes, write_page_checksum=True,
                 column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
             )
         except (OSError, pa.ArrowException) as err:
-            self.tmp.unlink(missing_ok=True)
+            self.remove_tmp()
             raise UserError(f"cannot write {self.tmp}: {first_line(err)}") from None
 
     def failed(self, err: Exception) -> UserError:
@@ -246,32 +224,72 @@ class PartWriter:
 
     def close(self, index_range: tuple[int, int], digest: str) -> None:
         """Finish the file (its footer) and publish it: the old marker is withdrawn only as the new part is
-        renamed over the old one, and the new marker written right after."""
+        renamed over the old one, and the new marker written right after, with the part's checksums."""
         try:
-            self.writer.close()  # the footer: a disk that fills up now fails here
-            manifest = read_manifest(self.out_dir)
+            self.sink.recording = []  # the footer: what the writer writes as it closes
+            self.writer.close()  # a disk that fills up now fails here
+            footer = footer_of(b"".join(self.sink.recording))
+            self.sink.close()  # on an object store, the temporary object's upload completes here
+            manifest = self.read_manifest()
             if manifest is not None and manifest.get("spec_digest") != digest:
                 raise UserError(f"{self.out_dir} was replaced by a sweep of another spec (--force) while this shard "
                                 "ran; nothing of it was published")
-            self.marker.unlink(missing_ok=True)
-            os.replace(self.tmp, self.final)
-        except OSError as err:
+            self.publish()
+        except (OSError, Damaged) as err:
             raise self.failed(err) from None
         except BaseException:
             self.abort()
             raise
-        record = {"range": list(index_range), "rows": self.rows, "spec_digest": digest, "file": self.final.name}
+        record = {"range": list(index_range), "rows": self.rows, "spec_digest": digest, "file": Path(self.final).name,
+                  **checksum_record(self.sink, footer), **provenance(self.started)}
         try:
-            write_text_atomic(self.marker, json.dumps(record))
-        except UserError as err:
-            raise UserError(f"{self.final} is written but its completion marker is not ({err}): re-run the shard") from None
+            self.write_marker(json.dumps(record))
+        except (UserError, OSError) as err:
+            raise UserError(f"{self.final} is written but its completion marker is not ({first_line(err)}): "
+                            "re-run the shard") from None
+
+    def read_manifest(self) -> dict | None:
+        if self.place is None:
+            return read_manifest(self.out_dir)
+        try:
+            return self.place.read_json(MANIFEST)
+        except ValueError:
+            return None
+
+    def publish(self) -> None:
+        """The old marker goes, then the new part takes the final name (a rename; a server-side move remotely)."""
+        if self.place is None:
+            self.marker.unlink(missing_ok=True)
+            os.replace(self.tmp, self.final)
+            return
+        fs = self.place.fs
+        if fs.get_file_info(self.place.path(self.marker)).type == pafs.FileType.File:
+            fs.delete_file(self.place.path(self.marker))
+        fs.move(self.tmp, self.final)
+
+    def write_marker(self, text: str) -> None:
+        if self.place is None:
+            write_text_atomic(self.marker, text)
+        else:
+            self.place.write_bytes(self.marker, text.encode())
 
     def abort(self) -> None:
+        for close in (getattr(self, "writer", None), self.sink):
+            try:
+                if close is not None:
+                    close.close()
+            except Exception:  # noqa: BLE001, S110 (the writer may be mid-failure; the file goes either way)
+                pass
+        self.remove_tmp()
+
+    def remove_tmp(self) -> None:
         try:
-            self.writer.close()
-        except Exception:  # noqa: BLE001, S110 (the writer may be mid-failure; the file goes either way)
+            if self.place is None:
+                Path(self.tmp).unlink(missing_ok=True)
+            else:
+                self.place.fs.delete_file(self.tmp)
+        except (FileNotFoundError, OSError):
             pass
-        self.tmp.unlink(missing_ok=True)
 
 
 def first_line(err: Exception) -> str:

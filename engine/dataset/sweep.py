@@ -16,13 +16,8 @@ from engine.configure.grid import build_grid
 from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.columns import chunk_table
-from engine.dataset.store import (
-    PartWriter,
-    check_shard_count,
-    prepare_dataset,
-    remove_stale_temporaries,
-    shard_lock,
-)
+from engine.dataset.locks import shard_lock
+from engine.dataset.store import PartWriter, check_shard_count, prepare_dataset, remove_stale_temporaries
 from engine.errors import UserError
 from engine.inputs.codes import INVALID_REASONS, Invalid
 
@@ -83,9 +78,27 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None, valid_only=None,
-              chunk_rows=1 << 20, progress=None, say=print) -> SweepResult:
-    """Sweep one shard of a spec into out_dir; see engine/store.py for the dataset layout."""
+@dataclass
+class ShardJob:
+    """One shard of a spec, ready to stream: the kernel over the grid, its index range and what to keep."""
+
+    kernel: SweepKernel
+    shard: tuple[int, int]
+    lo: int
+    hi: int
+    keep: str
+    compression: str
+    chunk_rows: int
+    need: int  # expected bytes of its part file
+
+    def describe(self) -> str:
+        k, n = self.shard
+        return (f"{self.hi - self.lo:,} configurations (shard {k}/{n} of {self.kernel.grid.total:,}), "
+                f"~{self.need / 2**20:,.1f} MiB expected")
+
+
+def shard_job(spec_path, shard=(0, 1), feasible_only=None, valid_only=None, chunk_rows=1 << 20) -> ShardJob:
+    """Read the spec, resolve the output options (CLI flags override the spec's [output]) and the shard's range."""
     spec = load_spec(spec_path)
     feasible_only = spec.output.get("feasible_only", False) if feasible_only is None else feasible_only
     valid_only = spec.output.get("valid_only", False) if valid_only is None else valid_only
@@ -96,21 +109,29 @@ def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None,
     if not 0 <= k < n_shards:
         raise UserError(f"shard {k}/{n_shards} is out of range: use K/N with 0 <= K < N")
     lo, hi = shard_range(grid.total, k, n_shards)
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory: memsim sweep -o takes a directory")
-    kernel = SweepKernel(grid)
-    need = expected_bytes(kernel, lo, hi, feasible_only, valid_only, compression)
-    say(f"{hi - lo:,} configurations (shard {k}/{n_shards} of {grid.total:,}), ~{need / 2**20:,.1f} MiB expected")
-    check_disk(out_dir, need, force)
-    manifest = prepare_dataset(out_dir, grid, n_shards, force)
     chunk_rows = spec.output.get("rows_per_chunk", chunk_rows)
     if not 1 <= chunk_rows:
         raise UserError(f"rows per chunk must be at least 1, got {chunk_rows}")
-    with shard_lock(out_dir, k, n_shards):  # one writer per shard; its temporaries are its own
-        remove_stale_temporaries(out_dir, k, n_shards)  # a killed writer's: none is live while we hold the lock
-        return stream(kernel, out_dir, (lo, hi), (k, n_shards), manifest, keep_mode(feasible_only, valid_only),
-                      compression, chunk_rows, progress)
+    kernel = SweepKernel(grid)
+    keep = keep_mode(feasible_only, valid_only)
+    need = expected_bytes(kernel, lo, hi, keep == "feasible", keep == "valid", compression)
+    return ShardJob(kernel, (k, n_shards), lo, hi, keep, compression, chunk_rows, need)
+
+
+def run_sweep(spec_path, out_dir, shard=(0, 1), force=False, feasible_only=None, valid_only=None,
+              chunk_rows=1 << 20, progress=None, say=print) -> SweepResult:
+    """Sweep one shard of a spec into the local directory out_dir; see engine/dataset/store.py for the layout
+    (engine/dataset/shards.py sweep_shard writes to a URI)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory: memsim sweep -o takes a directory")
+    job = shard_job(spec_path, shard, feasible_only, valid_only, chunk_rows)
+    say(job.describe())
+    check_disk(out_dir, job.need, force)
+    manifest = prepare_dataset(out_dir, job.kernel.grid, job.shard[1], force)
+    with shard_lock(out_dir, *job.shard):  # one writer per shard; its temporaries are its own
+        remove_stale_temporaries(out_dir, *job.shard)  # a killed writer's: none is live while we hold the lock
+        return stream(job, out_dir, manifest, progress)
 
 
 def check_disk(out_dir: Path, need: int, force: bool) -> None:
@@ -130,6 +151,7 @@ class ChunkWriter:
     def __init__(self, kernel, out_dir, shard, meta, compression, keep):
         self.kernel, self.out_dir, self.shard, self.meta = kernel, out_dir, shard, meta
         self.compression, self.keep = compression, keep
+        self.started = time.time()  # the shard's wall time, as its marker records it
         self.compact = kernel.grid.spec.output.get("compact", False)
         self.part = None
         self.pool = ThreadPoolExecutor(max_workers=1)
@@ -139,7 +161,8 @@ class ChunkWriter:
         table = chunk_table(chunk, self.keep, self.compact)
         if self.part is None:
             axes = [name for a in self.kernel.grid.axes for name, _ in a.columns]
-            self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression, axes)
+            self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression,
+                                   axes, self.started)
         self.part.write(table)
 
     def submit(self, chunk) -> None:
@@ -169,10 +192,12 @@ class ChunkWriter:
             self.part.abort()
 
 
-def stream(kernel, out_dir, index_range, shard, manifest, keep, compression, chunk_rows, progress):
-    lo, hi = index_range
-    meta = {**manifest, "shard": shard[0], "range": [lo, hi], "keep": keep, "spec": kernel.grid.spec.text}
-    writer = ChunkWriter(kernel, out_dir, shard, meta, compression, keep)
+def stream(job: ShardJob, out_dir, manifest: dict, progress) -> SweepResult:
+    """Evaluate the shard chunk by chunk and write each chunk while the next is computed; `out_dir` is a local
+    directory or a Location (engine/dataset/store.py PartWriter)."""
+    kernel, (lo, hi), chunk_rows = job.kernel, (job.lo, job.hi), job.chunk_rows
+    meta = {**manifest, "shard": job.shard[0], "range": [lo, hi], "keep": job.keep, "spec": kernel.grid.spec.text}
+    writer = ChunkWriter(kernel, out_dir, job.shard, meta, job.compression, job.keep)
     counts, reasons = Counter(), np.zeros(len(Invalid), dtype=np.int64)
     bar = Progress(hi - lo, sys.stderr.isatty() if progress is None else progress)
     t0 = time.perf_counter()

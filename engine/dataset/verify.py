@@ -1,8 +1,10 @@
 """`memsim verify`: check a (sharded) sweep dataset against its manifest and say which shards to re-run.
 
 Every shard present, complete, readable, carrying the same spec digest, its `index` column exactly its range (a
-strictly increasing subset of it when only valid or feasible rows were kept). Verification reads Parquet footers
-and streams the `index` column batch by batch: memory stays flat.
+strictly increasing subset of it when only valid or feasible rows were kept), and every byte of its part what its
+marker's checksums record (engine/dataset/checksum.py). Verification hashes each part as a stream and reads the
+`index` column batch by batch: memory stays flat. It ends with who wrote the shards, per machine (Ray node or
+host), from the markers.
 """
 
 import json
@@ -19,17 +21,12 @@ import pyarrow.parquet as pq
 
 from engine.configure.grid import build_grid
 from engine.configure.spec import parse_spec
-from engine.dataset.shards import KEEP_FLAGS, MARKER, PART, filesystem, is_local, read_json
-from engine.dataset.store import (
-    MANIFEST,
-    Busy,
-    check_manifest,
-    lock_path,
-    locked,
-    marker_path,
-    part_name,
-    spec_digest,
-)
+from engine.dataset.checksum import Damaged, check_footer, check_whole, has_checksums, read_footer
+from engine.dataset.location import filesystem, is_local, read_json
+from engine.dataset.locks import Busy, lock_path, locked
+from engine.dataset.provenance import node_summary
+from engine.dataset.shards import KEEP_FLAGS, MARKER, PART
+from engine.dataset.store import MANIFEST, check_manifest, marker_path, part_name, spec_digest
 from engine.dataset.sweep import shard_range
 from engine.errors import UserError
 
@@ -45,6 +42,7 @@ class ShardCheck:
     rows: int = 0
     keep: str | None = None
     problems: list = field(default_factory=list)
+    marker: dict | None = None  # its completion marker, once read
 
 
 @dataclass
@@ -67,6 +65,14 @@ class Verification:
     @property
     def rows(self) -> int:
         return sum(s.rows for s in self.shards)
+
+    def writers(self) -> list[str]:
+        """Per machine that wrote complete shards: how many, their rows and wall time (from the markers)."""
+        return node_summary([(s.marker, s.rows) for s in self.shards if s.marker is not None and not s.problems])
+
+    def unchecked(self) -> int:
+        """Complete shards whose markers carry no checksums (written before memsim recorded them)."""
+        return sum(1 for s in self.shards if s.marker is not None and not s.problems and not has_checksums(s.marker))
 
 
 def list_dataset(fs, base):
@@ -123,6 +129,13 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
         say(f"its marker records range {marker.get('range')}, the manifest gives [{lo}, {hi})")
     if marker.get("spec_digest") != digest:
         say(f"its marker has spec digest {marker.get('spec_digest')}, the dataset {digest} (a shard of another spec)")
+    check.marker = marker
+    try:
+        check_bytes(fs, path, marker)
+    except Damaged as err:
+        say(f"the part file is damaged: {err}")
+    except (pa.ArrowException, OSError) as err:
+        say(f"the part file is unreadable: {str(err).splitlines()[0][:160]}")
     try:
         with fs.open_input_file(path) as f:
             pf = pq.ParquetFile(f)
@@ -144,6 +157,15 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
             check.problems.extend(problems)
     except (pa.ArrowException, OSError, ValueError, TypeError) as err:
         say(f"the part file is unreadable (truncated or corrupt): {str(err).splitlines()[0][:160]}")
+
+
+def check_bytes(fs, path: str, marker: dict) -> None:
+    """Size, footer and every byte against the checksums the marker records (engine/dataset/checksum.py)."""
+    with fs.open_input_file(path) as f:
+        size = f.size()
+        footer = read_footer(f, size)
+    check_footer(size, footer, marker)
+    check_whole(fs, path, marker)
 
 
 def verify_dataset(uri: str | Path) -> Verification:
@@ -218,19 +240,21 @@ def spec_notes(fs, base: str, digest: str) -> list[str]:
 
 
 def render_verification(v: Verification) -> str:
-    """OK with the totals, or each problem and the exact commands that complete the dataset."""
+    """OK with the totals, or each problem and the exact commands that complete the dataset; who wrote the
+    complete shards comes before the commands, so that they stay the last lines (bar notes)."""
     m, n = v.manifest, len(v.shards)
-    lines = []
+    writers = v.writers()
+    by_writer = [f"written by {len(writers)} machine{'s' * (len(writers) != 1)}:"] + writers if writers else []
     if v.ok:
-        lines.append(f"OK: {v.root}: {n} of {n} shards complete, {v.rows:,} rows "
-                     f"({v.keep or 'all'} rows of {m['total']:,} configurations), spec digest {m['spec_digest']}")
+        lines = [f"OK: {v.root}: {n} of {n} shards complete, {v.rows:,} rows "
+                 f"({v.keep or 'all'} rows of {m['total']:,} configurations), spec digest {m['spec_digest']}"] + by_writer
     else:
         bad = v.rerun
-        lines.append(f"INCOMPLETE: {v.root}: {n - len(bad)} of {n} shards complete, spec digest {m['spec_digest']}")
+        lines = [f"INCOMPLETE: {v.root}: {n - len(bad)} of {n} shards complete, spec digest {m['spec_digest']}"]
         for check in v.shards:
             for problem in check.problems:
                 lines.append(f"  shard {check.shard}/{n} [{check.lo:,}, {check.hi:,}): {problem}")
-        lines += [f"  {s}" for s in v.stray]
+        lines += [f"  {s}" for s in v.stray] + by_writer
         if bad:
             local = "://" not in v.root
             spec = str(Path(v.root) / "_spec.toml") if local else "SPEC"
@@ -239,5 +263,8 @@ def render_verification(v: Verification) -> str:
             lines += [f"memsim sweep {spec} --shard {k}/{n} -o {v.root}{flags}" for k in bad]
             if not local:
                 lines.append(f"(SPEC: the spec this dataset was swept from; a copy is at {v.root}/_spec.toml)")
+    if v.unchecked():
+        lines.append(f"note: {v.unchecked()} complete shard(s) carry no checksums (written before memsim recorded "
+                     "them): their bytes cannot be checked; re-run them to add checksums")
     lines += [f"note: {note}" for note in v.notes]
     return "\n".join(lines)
