@@ -57,5 +57,5 @@ def _configure_numba() -> None:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memsim" / "numba"
     numba.config.CACHE_DIR = str(base / _compiled_sources_digest())
 
-
-_configure_numba()
+# engine.model calls _configure_numba() before it defines its first compiled function: `import engine` stays light,
+# so the CLI's first heavy import (numpy, numba) happens where it can catch Ctrl-C (engine/cli/__init__.py).

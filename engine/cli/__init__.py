@@ -3,6 +3,7 @@
 Each command lives in its own module here, its options beside its handler (`add_parser`, `run`).
 """
 
+import _thread
 import argparse
 import contextlib
 import os
@@ -10,8 +11,12 @@ import signal
 import sys
 import threading
 
-from engine.cli import estimate, explain, measure, query, report, sweep, validate, verify
-from engine.errors import UserError
+try:  # Ctrl-C while numpy, numba and pyarrow load (seconds on a cold disk) stops memsim as it stops a command
+    from engine.cli import estimate, explain, measure, query, report, sweep, validate, verify
+    from engine.errors import UserError
+except KeyboardInterrupt:
+    print("memsim: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 COMMANDS = [explain, estimate, measure, validate, sweep, query, report, verify]
 
@@ -52,6 +57,28 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def interrupts_never_swallowed():
+    """Ctrl-C or SIGTERM that lands in a finalizer cannot propagate from there: Python prints "Exception ignored"
+    and carries on (llvmlite's ObjectRef.__del__, as numba loads the cached kernels, then a sweep that exits 0).
+    Such an interrupt is delivered again, from a helper thread a moment later, to the main flow, where it stops the
+    command (delivered at once, it would land in this hook itself)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+            threading.Timer(0.001, _thread.interrupt_main, (signum,)).start()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 def one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
@@ -59,7 +86,7 @@ def one_line(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), interrupts_never_swallowed():
             args.run(args)
     except UserError as err:
         print(f"memsim: error: {one_line(err)}", file=sys.stderr)
