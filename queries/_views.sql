@@ -8,7 +8,8 @@ CREATE OR REPLACE MACRO fewest_gpu_layouts(model_key, gpu_key, at_n_gpus, method
         model,
         training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
         gpu,
-        arg_min({'n_gpus': n_gpus, 'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
+        arg_min({'n_gpus': n_gpus, 'dp': dp, 'tp': tp, 'pp': pp, 'cp': cp, 'ep': ep, 'sp': sp,
+                 'zero_stage': zero_stage, 'checkpointing': checkpointing,
                  'micro_batch': micro_batch, 'seq_len': seq_len, 'peak_phase': peak_phase,
                  'weight_bytes': weight_bytes, 'peak_grad_bytes': peak_grad_bytes,
                  'peak_optimizer_bytes': peak_optimizer_bytes, 'activation_bytes': activation_bytes,
@@ -36,8 +37,8 @@ CREATE OR REPLACE MACRO feasibility_cells(at_seq_len, method_name) AS TABLE
         min(capacity_bytes)                                                 AS capacity_bytes,
         bool_or(fits)                                                       AS any_fits,
         count(*) FILTER (WHERE fits)                                        AS fitting,
-        max(usable_bytes - device_peak_bytes) FILTER (WHERE fits)           AS best_spare_bytes,
-        min(device_peak_bytes - usable_bytes)                               AS least_miss_bytes
+        max(spare_bytes(usable_bytes, device_peak_bytes)) FILTER (WHERE fits) AS best_spare_bytes,
+        min(-spare_bytes(usable_bytes, device_peak_bytes))                   AS least_miss_bytes
     FROM sweep
     WHERE valid
       AND (at_seq_len IS NULL OR seq_len = at_seq_len)
@@ -64,7 +65,7 @@ CREATE OR REPLACE MACRO largest_that_fits(axis, model_key, gpu_key, held_value) 
         gpu, n_gpus, tp, pp, cp, ep, sp, zero_stage, checkpointing, held,
         max(grown)                                                          AS largest,
         arg_max(device_peak_bytes, (grown, -device_peak_bytes))             AS device_peak_bytes,
-        arg_max(usable_bytes - device_peak_bytes, (grown, -device_peak_bytes)) AS spare_bytes
+        arg_max(spare_bytes(usable_bytes, device_peak_bytes), (grown, -device_peak_bytes)) AS spare_bytes
     FROM fitting
     WHERE held_value IS NULL OR held = held_value
     GROUP BY ALL;

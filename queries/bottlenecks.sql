@@ -7,7 +7,7 @@ WITH failing AS (
     SELECT
         model,
         bottleneck,
-        device_peak_bytes - usable_bytes                                    AS miss_bytes
+        -spare_bytes(usable_bytes, device_peak_bytes)                       AS miss_bytes
     FROM sweep
     WHERE valid AND NOT fits
       AND ($model IS NULL OR model = $model)

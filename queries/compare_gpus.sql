@@ -16,7 +16,7 @@ at_fewest AS (
         min(n_gpus)                                                         AS min_gpus,
         -- the row at the fewest GPUs with the largest micro-batch / the most free memory
         arg_min(micro_batch, (n_gpus, -micro_batch))                        AS max_micro_batch,
-        arg_min(usable_bytes - device_peak_bytes, (n_gpus, device_peak_bytes - usable_bytes)) AS spare_bytes
+        arg_min(spare_bytes(usable_bytes, device_peak_bytes), (n_gpus, -spare_bytes(usable_bytes, device_peak_bytes))) AS spare_bytes
     FROM fitting
     GROUP BY ALL
 )

@@ -14,7 +14,7 @@ WITH fitting AS (
 best AS (
     SELECT *
     FROM fitting
-    ORDER BY n_gpus, usable_bytes - device_peak_bytes DESC, index
+    ORDER BY n_gpus, spare_bytes(usable_bytes, device_peak_bytes) DESC, index
     LIMIT $limit
 )
 SELECT
@@ -23,7 +23,7 @@ SELECT
     training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch, seq_len,
     device_peak_bytes / 2^30                                                AS device_peak_gib,
-    (usable_bytes - device_peak_bytes) / 2^30                               AS spare_gib,
+    spare_bytes(usable_bytes, device_peak_bytes) / 2^30                    AS spare_gib,
     bottleneck
 FROM best
 ORDER BY n_gpus, spare_gib DESC, index;

@@ -1,7 +1,8 @@
 -- The largest model (by parameter count) that fits, per GPU type and GPU count: the feasible frontier.
 -- params:  $seq_len  BIGINT   tokens per sample, or NULL for any swept length
 -- returns: one row per (gpu, n_gpus, method) where some catalog model fits: model, n_params, and its layout
---          with the most memory to spare (tp, pp, zero_stage, checkpointing, micro_batch, seq_len, spare_gib).
+--          with the most memory to spare (layout, dp, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch,
+--          seq_len, spare_gib).
 --          Models outside the catalog (config.json paths) have no n_params in `models` and are left out.
 WITH fitting AS (
     SELECT *
@@ -12,10 +13,10 @@ WITH fitting AS (
 roomiest_per_model AS (
     SELECT
         gpu, n_gpus, precision, optimizer, framework, lora_rank, base_quant, offload, model,
-        arg_max({'tp': tp, 'pp': pp, 'zero_stage': zero_stage, 'checkpointing': checkpointing,
-                 'micro_batch': micro_batch, 'seq_len': seq_len,
-                 'spare_bytes': usable_bytes - device_peak_bytes},
-                (usable_bytes - device_peak_bytes, -index))                 AS layout
+        arg_max({'dp': dp, 'tp': tp, 'pp': pp, 'cp': cp, 'ep': ep, 'sp': sp, 'zero_stage': zero_stage,
+                 'checkpointing': checkpointing, 'micro_batch': micro_batch, 'seq_len': seq_len,
+                 'spare_bytes': spare_bytes(usable_bytes, device_peak_bytes)},
+                (spare_bytes(usable_bytes, device_peak_bytes), -index))     AS layout
     FROM fitting
     GROUP BY ALL
 ),
@@ -33,7 +34,10 @@ SELECT
     training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     best.model,
     best.n_params,
-    best.layout.tp, best.layout.pp, best.layout.zero_stage, best.layout.checkpointing,
+    layout(best.layout.dp, best.layout.tp, best.layout.pp, best.layout.cp, best.layout.ep, best.layout.sp,
+           best.layout.zero_stage)                                      AS layout,
+    best.layout.dp, best.layout.tp, best.layout.pp, best.layout.cp, best.layout.ep, best.layout.sp,
+    best.layout.zero_stage, best.layout.checkpointing,
     best.layout.micro_batch, best.layout.seq_len,
     best.layout.spare_bytes / 2^30                                      AS spare_gib
 FROM largest

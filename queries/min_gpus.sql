@@ -1,6 +1,6 @@
 -- The fewest GPUs of each type that can train each model, and the layout that does it (the most memory to spare at that count).
 -- params:  $seq_len  BIGINT   tokens per sample, or NULL for any swept length
--- returns: one row per (model, method, gpu) with a fitting configuration: min_gpus, dp, tp, pp, cp, ep, sp,
+-- returns: one row per (model, method, gpu) with a fitting configuration: min_gpus, layout, dp, tp, pp, cp, ep, sp,
 --          zero_stage, checkpointing, micro_batch, seq_len, device_peak_gib, spare_gib
 WITH fitting AS (
     SELECT *
@@ -24,9 +24,10 @@ SELECT
     training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
     gpu,
     best.n_gpus                                                             AS min_gpus,
+    layout(best.dp, best.tp, best.pp, best.cp, best.ep, best.sp, best.zero_stage) AS layout,
     best.dp, best.tp, best.pp, best.cp, best.ep, best.sp, best.zero_stage, best.checkpointing,
     best.micro_batch, best.seq_len,
     best.device_peak_bytes / 2^30                                           AS device_peak_gib,
-    (best.usable_bytes - best.device_peak_bytes) / 2^30                     AS spare_gib
+    spare_bytes(best.usable_bytes, best.device_peak_bytes) / 2^30          AS spare_gib
 FROM fewest
 ORDER BY model, method, min_gpus, spare_gib DESC, gpu;
