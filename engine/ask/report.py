@@ -18,7 +18,7 @@ from engine.ask.findings import findings, method_findings
 from engine.ask.page import export_charts, render_html
 from engine.ask.sections import Part, Report, Runner, Section, of_method
 from engine.atomic import output_path, write_atomic
-from engine.dataset.views import connect, sweep_parts
+from engine.dataset.views import connect, refusing_damage, sweep_parts
 from engine.errors import UserError
 
 FORMATS = ("html", "png", "svg")
@@ -91,30 +91,32 @@ def build_part(run: Runner, method: str, k: int, n_parts: int, n_methods: int, s
 
 
 def build_report(sweep_dir, method=None, model=None, gpu=None, partial: bool = False) -> Report:
-    """Run every chart's query over the sweep in `sweep_dir` for each charted training method and describe what
-    it found. An incomplete dataset is refused unless `partial`; then the report covers the complete shards and
+    """Run every chart's query over the sweep in `sweep_dir` (a directory or a URI) for each charted training
+    method and describe what it found. An incomplete dataset is refused unless `partial`; then the report covers the complete shards and
     its `partial` says so."""
-    sweep_dir = Path(sweep_dir)
     parts = sweep_parts(sweep_dir, partial)
     run = Runner(connect(parts, read_only=True))
     info = parts.manifest
-    spec_path = sweep_dir / "_spec.toml"
+    spec_text = (parts.place.read_bytes("_spec.toml") or b"").decode(errors="replace")
     try:
-        summary = run("summary").row(0, named=True)
-        spec = tomllib.loads(spec_path.read_text()) if spec_path.exists() else {}
-        compact = bool(spec.get("output", {}).get("compact", False))
-        methods = run("report_methods")
-        charted = charted_methods(methods, method) if summary["fit"] else []
-        built = [build_part(run, m, k, len(charted), methods.height, summary, compact, model, gpu)
-                 for k, m in enumerate(charted, 1)]
-        if built and all(p.note for p in built) and (method or model or gpu):
-            raise UserError(no_fit_words(method, model, gpu))
-        said = findings(run, summary, info.get("total", summary["configurations"]), methods, charted)
+        with refusing_damage(parts):
+            summary = run("summary").row(0, named=True)
+            spec = tomllib.loads(spec_text) if spec_text else {}
+            compact = bool(spec.get("output", {}).get("compact", False))
+            methods = run("report_methods")
+            charted = charted_methods(methods, method) if summary["fit"] else []
+            built = [build_part(run, m, k, len(charted), methods.height, summary, compact, model, gpu)
+                     for k, m in enumerate(charted, 1)]
+            if built and all(p.note for p in built) and (method or model or gpu):
+                raise UserError(no_fit_words(method, model, gpu))
+            said = findings(run, summary, info.get("total", summary["configurations"]), methods, charted)
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{parts.place.shown('_spec.toml')} is damaged ({err}): re-sweep the dataset") from None
     finally:
         run.con.close()
     report = Report(
         title=info.get("title") or "memsim sweep",
-        spec_text=spec_path.read_text() if spec_path.exists() else "",
+        spec_text=spec_text,
         created=info.get("created", "unknown"),
         generated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         findings=said,

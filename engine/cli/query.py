@@ -14,10 +14,18 @@ QUERY_EXAMPLE = """Example:
   memsim query min_gpus --sweep out/default --param seq_len=4096
   memsim query fits --sweep out/default --param model=llama-3.1-70b --param gpu=h100 --format csv
   memsim query --list"""
-SQL_HELP = "run your own SQL over the views sweep, models and gpus"
+SQL_HELP = "run your own SQL over the views sweep, models and gpus (read-only unless --allow-writes)"
 SQL_EXAMPLE = """Example:
   memsim sql "SELECT gpu, count(*) AS fit FROM sweep WHERE fits GROUP BY ALL ORDER BY fit DESC" --sweep out/default
-  memsim sql "SELECT gpu, hbm_bytes / 2^30 AS hbm_gib FROM gpus ORDER BY hbm_gib\""""
+  memsim sql "SELECT gpu, hbm_bytes / 2^30 AS hbm_gib FROM gpus ORDER BY hbm_gib"
+  memsim sql "SELECT count(*) FROM sweep" --sweep s3://bucket/sweeps/big
+  memsim sql "COPY (SELECT * FROM sweep WHERE fits) TO 'fits.parquet'" --sweep out/default --allow-writes
+
+By default the SQL reads the sweep and the catalogs and nothing else: no other file read (read_csv('/etc/passwd')
+is refused), no COPY ... TO or EXPORT, no ATTACH, no INSTALL or LOAD, no SET. --allow-writes lifts all of that:
+use it only with SQL you trust."""
+SWEEP_HELP = ("sweep dataset: a directory or a URI (s3://bucket/path, gs://..., file://...) written by memsim sweep; "
+              "credentials and endpoint from the AWS_* variables and ~/.aws as the AWS SDKs read them")
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +40,7 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 def add_parser(sub) -> None:
     p = sub.add_parser("query", help=QUERY_HELP, epilog=QUERY_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="query name (a file queries/NAME.sql)")
-    p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory (written by memsim sweep)")
+    p.add_argument("--sweep", metavar="DIR", help=SWEEP_HELP)
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="a query parameter; repeat for more")
     p.add_argument("--list", action="store_true", help="list the queries and their purposes (with NAME: its parameters)")
     add_output_flags(p)
@@ -40,11 +48,13 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("sql", help=SQL_HELP, epilog=SQL_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sql", help="one SQL statement (DuckDB dialect)")
-    p.add_argument("--sweep", metavar="DIR", help="sweep dataset directory; without it only models and gpus exist")
+    p.add_argument("--sweep", metavar="DIR", help=SWEEP_HELP + "; without it only models and gpus exist")
     add_output_flags(p)
+    p.add_argument("--allow-writes", action="store_true",
+                   help="lift the read-only default: the SQL may read and write any file (COPY, EXPORT), ATTACH "
+                        "databases, INSTALL and LOAD extensions and change settings")
     p.add_argument("--read-only", action="store_true",
-                   help="read the sweep and catalogs only: no file writes, no ATTACH, no extension installs or loads "
-                        "(named queries always run so)")
+                   help="read the sweep and catalogs only (the default; kept so that scripts passing it still run)")
     p.set_defaults(run=run_sql)
 
 
@@ -62,8 +72,8 @@ def list_queries(name: str | None) -> None:
 
 
 def open_sweep(args, read_only: bool):
-    """The connection over --sweep (complete shards only; all shards unless --partial), saying so when partial.
-    A bad -o is refused first, before any work."""
+    """The connection over --sweep (complete shards only; all shards unless --partial), saying so when partial,
+    and the parts it reads (None without --sweep). A bad -o is refused first, before any work."""
     from engine.atomic import output_path
     from engine.dataset.views import connect, sweep_parts
 
@@ -72,10 +82,10 @@ def open_sweep(args, read_only: bool):
     if args.sweep is None:
         if args.partial:
             raise UserError("--partial goes with --sweep DIR")
-        return connect(None, read_only=read_only)
+        return connect(None, read_only=read_only), None
     parts = sweep_parts(args.sweep, partial=args.partial)
     note(parts.note())
-    return connect(parts, read_only=read_only)
+    return connect(parts, read_only=read_only), parts
 
 
 def note(text: str) -> None:
@@ -85,6 +95,7 @@ def note(text: str) -> None:
 
 def run_query(args) -> None:
     from engine.ask.queries import read_query, run_query
+    from engine.dataset.views import refusing_damage
 
     if args.list:
         return list_queries(args.name)
@@ -94,19 +105,26 @@ def run_query(args) -> None:
     if not args.sweep:
         raise UserError(f"query {args.name} reads a sweep: add --sweep DIR (a directory written by memsim sweep)")
     params = parse_params(args.param)
-    con = open_sweep(args, read_only=True)
+    con, parts = open_sweep(args, read_only=True)
     try:
-        emit(run_query(con, args.name, params), args.format, args.output)
+        with refusing_damage(parts):
+            rows = run_query(con, args.name, params)
+        emit(rows, args.format, args.output)
     finally:
         con.close()
 
 
 def run_sql(args) -> None:
     from engine.ask.queries import run_sql
+    from engine.dataset.views import refusing_damage
 
-    con = open_sweep(args, read_only=args.read_only)
+    if args.allow_writes and args.read_only:
+        raise UserError("--read-only and --allow-writes contradict each other: give one (read-only is the default)")
+    con, parts = open_sweep(args, read_only=not args.allow_writes)
     try:
-        emit(run_sql(con, args.sql), args.format, args.output)
+        with refusing_damage(parts):
+            rows = run_sql(con, args.sql)
+        emit(rows, args.format, args.output)
     finally:
         con.close()
 
@@ -156,7 +174,9 @@ def render_table(rows: "pl.DataFrame") -> str:
 
 def render(rows: "pl.DataFrame", fmt: str) -> str:
     if fmt == "csv":
-        return rows.write_csv()
+        from engine.csv_cells import spreadsheet_safe
+
+        return spreadsheet_safe(rows).write_csv()
     if fmt == "json":
         return rows.write_json() + "\n"
     return render_table(rows) + "\n"

@@ -7,12 +7,14 @@ import time
 HELP = "a self-contained HTML page of charts and findings over a sweep"
 EXAMPLE = """Example:
   memsim report --sweep out/default -o report.html
-  memsim report --sweep out/default -o docs/report.html --format png --model llama-3.1-70b --gpu h100"""
+  memsim report --sweep out/default -o docs/report.html --format png --model llama-3.1-70b --gpu h100
+  memsim report --sweep s3://bucket/sweeps/big -o report.html"""
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help=HELP, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sweep", metavar="DIR", required=True, help="sweep dataset directory (written by memsim sweep)")
+    p.add_argument("--sweep", metavar="DIR", required=True,
+                   help="sweep dataset: a directory or a URI (s3://bucket/path, gs://..., file://...) written by memsim sweep")
     p.add_argument("-o", "--output", required=True, help="the HTML page to write (atomically)")
     p.add_argument("--format", choices=["html", "png", "svg"], default="html",
                    help="png or svg: also write each chart beside the page as <name>-<chart>.png|svg (default: html only)")

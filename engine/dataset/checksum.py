@@ -89,10 +89,18 @@ def record(sink: HashingSink, footer: bytes) -> dict:
     return {"bytes": sink.size, "sha256": sink.sha.hexdigest(), "footer_sha256": hashlib.sha256(footer).hexdigest()}
 
 
-def check_footer(size: int, footer: bytes, marker: dict) -> None:
-    """Size and footer against the marker (a marker without checksums passes); Damaged says what differs."""
+def read_checked_footer(f, marker: dict) -> bytes:
+    """The footer of an open part, after its size and footer are checked against the marker (a marker without
+    checksums passes); Damaged says what differs."""
+    size = f.size()
     if "bytes" in marker and size != marker["bytes"]:
         raise Damaged(f"it is {size:,} bytes, its completion marker records {marker['bytes']:,}")
+    footer = read_footer(f, size)
+    check_footer(footer, marker)
+    return footer
+
+
+def check_footer(footer: bytes, marker: dict) -> None:
     if "footer_sha256" in marker and hashlib.sha256(footer).hexdigest() != marker["footer_sha256"]:
         raise Damaged("its footer's bytes do not match the checksum its completion marker records")
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from engine.configure.grid import build_grid
 from engine.configure.spec import parse_spec
-from engine.dataset.checksum import Damaged, check_footer, check_whole, has_checksums, read_footer
+from engine.dataset.checksum import Damaged, check_whole, has_checksums, read_checked_footer
 from engine.dataset.location import filesystem, is_local, read_json
 from engine.dataset.locks import Busy, lock_path, locked
 from engine.dataset.provenance import node_summary
@@ -162,9 +162,7 @@ def check_part(fs, path: str, marker_file: str, check: ShardCheck, digest: str) 
 def check_bytes(fs, path: str, marker: dict) -> None:
     """Size, footer and every byte against the checksums the marker records (engine/dataset/checksum.py)."""
     with fs.open_input_file(path) as f:
-        size = f.size()
-        footer = read_footer(f, size)
-    check_footer(size, footer, marker)
+        read_checked_footer(f, marker)
     check_whole(fs, path, marker)
 
 

@@ -7,38 +7,56 @@ it, unless the caller asks for the complete shards only (`partial`), and then ev
 adds, as constants, every CONFIG.md input the spec did not sweep (so SQL can always say `seq_len` or
 `precision`), with the value the sweep used: its default.
 
-A read-only connection (named queries and the report always; `memsim sql --read-only`) reads the part files
-and nothing else: no file written, no database attached, no extension installed or loaded, its settings locked.
+The dataset is a local directory or a URI (s3://, gs://, file://; engine/dataset/location.py). DuckDB reads its
+parts through an Arrow dataset on the same pyarrow filesystem (no DuckDB extension, nothing downloaded), which
+checks each page's CRC as it reads it; each part's size and footer are checked against its marker first
+(engine/dataset/checksum.py), so a flipped bit is refused rather than answered from.
+
+A read-only connection (named queries, the report, and `memsim sql` unless --allow-writes) reads the parts and
+nothing else: no file read or written by DuckDB itself, no database attached, no extension installed or loaded,
+its settings locked.
 """
 
+import contextlib
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from engine import QUERIES_DIR
 from engine.configure import tables
 from engine.configure.resolve import MODEL_FIELD_NAMES
-from engine.dataset.store import MANIFEST, marker_path, part_name, read_manifest
+from engine.dataset.checksum import PARQUET_FORMAT, Damaged, check_whole, footer_metadata, read_checked_footer
+from engine.dataset.location import Location, locate
+from engine.dataset.store import MANIFEST, check_manifest, marker_path, part_name
 from engine.errors import UserError
 from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUT_FIELDS, sql_literal
 
-FOOTER_THREADS = 8
+FOOTER_THREADS = 8  # parts whose marker and footer are checked at once (object stores have latency)
+PARTS_VIEW = "sweep_parts"  # the Arrow dataset of the complete parts, as DuckDB sees it
+READ_FAILED = re.compile(rf"reading the stream registered as '{PARTS_VIEW}' failed|CRC checksum|[Cc]orrupt")
 
 
 @dataclass
 class SweepParts:
     """The part files a dataset's markers list, and what keeps the dataset from being whole."""
 
-    root: Path
+    place: Location
     manifest: dict
-    files: list = field(default_factory=list)  # complete parts, in shard order
+    files: list = field(default_factory=list)  # complete parts (paths in place.fs), in shard order
+    markers: dict = field(default_factory=dict)  # shard -> its marker, for the complete parts
     problems: dict = field(default_factory=dict)  # shard -> why it does not count
     rows: int = 0  # rows in the complete parts
+
+    @property
+    def root(self) -> str:
+        return self.place.uri
 
     @property
     def n_shards(self) -> int:
@@ -61,53 +79,79 @@ class SweepParts:
         return (f"PARTIAL dataset {self.root}: these answers cover {have} of {self.n_shards} shards "
                 f"({self.rows:,} rows); missing {self.shard_list()}. Run `memsim verify {self.root}` for what to re-run")
 
+    def dataset(self) -> ds.Dataset:
+        """The complete parts as one Arrow dataset whose every page read is checked against its CRC."""
+        return ds.dataset(self.files, filesystem=self.place.fs, format=PARQUET_FORMAT)
 
-def shard_state(root: Path, manifest: dict, shard: int) -> tuple[Path | None, int, str]:
-    """(part file, rows, '') for a complete shard, else (None, 0, why not): marker, part and footer agree."""
+
+def shard_state(place: Location, manifest: dict, shard: int) -> tuple[str | None, dict, int, str]:
+    """(part path, marker, rows, '') for a complete shard, else (None, {}, 0, why not): marker, part, its size and
+    footer checksum agree."""
     from engine.dataset.sweep import shard_range
 
     n, digest = int(manifest["n_shards"]), manifest["spec_digest"]
-    marker, part = marker_path(root, shard, n), root / part_name(shard, n)
+    name = part_name(shard, n)
     try:
-        record = json.loads(marker.read_text())
-    except FileNotFoundError:
-        return None, 0, "missing" if not part.exists() else "no completion marker"
+        record = place.read_json(marker_path(Path(""), shard, n).as_posix())
     except (OSError, ValueError) as err:
-        return None, 0, f"unreadable marker: {str(err).splitlines()[0][:80]}"
+        return None, {}, 0, f"unreadable marker: {str(err).splitlines()[0][:80]}"
+    if record is None:
+        return None, {}, 0, "missing" if place.kind(name) == pafs.FileType.NotFound else "no completion marker"
     if not isinstance(record, dict) or record.get("spec_digest") != digest:
-        return None, 0, "a marker of another spec"
+        return None, {}, 0, "a marker of another spec"
     if record.get("range") != list(shard_range(int(manifest["total"]), shard, n)):
-        return None, 0, "a marker of another range"
+        return None, {}, 0, "a marker of another range"
+    path = place.path(name)
     try:
-        meta = pq.read_metadata(part)
-        footer = json.loads((meta.metadata or {}).get(b"memsim", b"{}"))
+        with place.fs.open_input_file(path) as f:
+            footer = read_checked_footer(f, record)
+        meta = footer_metadata(footer)
+        memsim = json.loads((meta.metadata or {}).get(b"memsim", b"{}"))
     except FileNotFoundError:
-        return None, 0, "its part file is missing"
+        return None, {}, 0, "its part file is missing"
+    except Damaged as err:
+        return None, {}, 0, f"damaged part file: {err}"
     except (OSError, ValueError, pa.ArrowException) as err:
-        return None, 0, f"damaged part file: {str(err).splitlines()[0][:80]}"
-    if not isinstance(footer, dict) or footer.get("spec_digest") != digest:
-        return None, 0, "a part file of another spec"
+        return None, {}, 0, f"damaged part file: {str(err).splitlines()[0][:80]}"
+    if not isinstance(memsim, dict) or memsim.get("spec_digest") != digest:
+        return None, {}, 0, "a part file of another spec"
     if meta.num_rows != record.get("rows"):
-        return None, 0, f"part has {meta.num_rows:,} rows, its marker {record.get('rows')}"
-    return part, meta.num_rows, ""
+        return None, {}, 0, f"part has {meta.num_rows:,} rows, its marker {record.get('rows')}"
+    return path, record, meta.num_rows, ""
+
+
+def open_dataset(sweep_dir: str | Path) -> tuple[Location, dict]:
+    """The dataset's location and manifest; a place with no dataset, or a damaged manifest, is one line."""
+    place = locate(sweep_dir)
+    shown = place.uri
+    if place.kind() != pafs.FileType.Directory:
+        what = "not a directory" if place.local else "nothing there"
+        raise UserError(f"no sweep dataset at {shown} ({what}); run `memsim sweep SPEC -o {shown}` first")
+    try:
+        found = place.read_json(MANIFEST)
+        if found is not None:
+            check_manifest(found)
+    except (OSError, ValueError, TypeError) as err:
+        raise UserError(f"{place.shown(MANIFEST)} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a new "
+                        "directory, or with --force to replace it") from None
+    if found is None:
+        raise UserError(f"{shown} is not a memsim sweep directory (no {MANIFEST}); run `memsim sweep SPEC -o {shown}` first")
+    return place, found
 
 
 def sweep_parts(sweep_dir: str | Path, partial: bool = False) -> SweepParts:
     """The dataset's complete parts; an incomplete dataset is refused (one line) unless `partial`."""
-    root = Path(sweep_dir)
-    if not root.is_dir():
-        raise UserError(f"no sweep dataset at {root} (not a directory); run `memsim sweep SPEC -o {root}` first")
-    manifest = read_manifest(root)
-    if manifest is None:
-        raise UserError(f"{root} is not a memsim sweep directory (no {MANIFEST}); run `memsim sweep SPEC -o {root}` first")
-    parts = SweepParts(root, manifest)
+    place, manifest = open_dataset(sweep_dir)
+    parts = SweepParts(place, manifest)
+    root = parts.root
     with ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
-        states = list(pool.map(lambda k: shard_state(root, manifest, k), range(parts.n_shards)))
-    for k, (path, rows, why) in enumerate(states):
+        states = list(pool.map(lambda k: shard_state(place, manifest, k), range(parts.n_shards)))
+    for k, (path, record, rows, why) in enumerate(states):
         if why:
             parts.problems[k] = why
         else:
             parts.files.append(path)
+            parts.markers[k] = record
             parts.rows += rows
     if not parts.files:
         raise UserError(f"{root} has no complete shard yet ({parts.shard_list()}); run `memsim verify {root}`")
@@ -118,20 +162,35 @@ def sweep_parts(sweep_dir: str | Path, partial: bool = False) -> SweepParts:
     return parts
 
 
-def glob_literal(path: Path) -> str:
-    """A path DuckDB reads as itself, never as a pattern: its glob characters in brackets."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in str(path.resolve()))
+@contextlib.contextmanager
+def refusing_damage(parts: "SweepParts | None"):
+    """Run a query over `parts`; a read that fails inside a part (a page whose CRC does not match, a page that
+    does not decode) becomes one line naming the part whose bytes differ from its marker's SHA-256, and its shard."""
+    try:
+        yield
+    except UserError as err:
+        if parts is None or not READ_FAILED.search(str(err)):
+            raise
+        raise damaged(parts, str(err)) from None
 
 
-def sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+def damaged(parts: SweepParts, error: str) -> UserError:
+    """Which part is damaged, found by hashing the parts whose markers carry a SHA-256 (only after a read failed)."""
+    n = parts.n_shards
+    for k, marker in sorted(parts.markers.items()):
+        path = parts.place.path(part_name(k, n))
+        try:
+            check_whole(parts.place.fs, path, marker)
+        except (Damaged, OSError) as why:
+            return UserError(f"{parts.place.shown(part_name(k, n))} is damaged ({why}): nothing was answered; re-run "
+                             f"shard {k}/{n} (`memsim verify {parts.root}` prints the command)")
+    detail = error.split("failed: ", 1)[-1][:200]
+    return UserError(f"a part of {parts.root} could not be read ({detail}); run `memsim verify {parts.root}`")
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, readable: list[Path]) -> None:
-    """Read `readable` and nothing else: no file written, nothing attached, no extension, settings locked."""
-    paths = {str(p.resolve()) for p in readable} | {glob_literal(p) for p in readable}  # a pattern is checked too
-    allowed = ", ".join(sql_string(p) for p in sorted(paths))
-    con.execute(f"SET allowed_paths = [{allowed}]")
+def lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """Read the registered views and nothing else: no file read or written (the parts reach DuckDB through
+    Arrow), nothing attached, no extension, settings locked."""
     con.execute("SET enable_external_access = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -148,27 +207,23 @@ def connect(sweep_dir: "str | Path | SweepParts | None" = None, con: duckdb.Duck
     con.register("gpus_arrow", tables.gpus_table().to_arrow())
     con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")
     con.execute("CREATE OR REPLACE VIEW gpus AS SELECT * FROM gpus_arrow")
-    files = []
     if sweep_dir is not None:
         parts = sweep_dir if isinstance(sweep_dir, SweepParts) else sweep_parts(sweep_dir, partial)
-        files = parts.files
-        source = "read_parquet([" + ", ".join(sql_string(glob_literal(p)) for p in files) + "])"
         try:
-            present = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-        except duckdb.Error as err:
+            dataset = parts.dataset()
+        except (OSError, pa.ArrowException) as err:
             raise UserError(f"cannot read {parts.root}: {str(err).strip().splitlines()[0][:200]}") from None
+        con.register(PARTS_VIEW, dataset)
+        present = set(dataset.schema.names)
         skip = present | set(MODEL_FIELD_NAMES) | set(GPU_ATTRIBUTES) | {"n_params", "dropout"}  # model, GPU: catalogs
         extra = [f"{sql_literal(f.name)} AS {f.name}" for f in INPUT_FIELDS if f.name not in skip]
         select = ", ".join(["*"] + extra)
-        con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM {source}")
+        con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM {PARTS_VIEW}")
         con.execute((QUERIES_DIR / "_views.sql").read_text())
     if read_only:
-        lock_down(con, files)
+        lock_down(con)
     return con
 
 
 def manifest(sweep_dir: str | Path) -> dict:
-    found = read_manifest(Path(sweep_dir))
-    if found is None:
-        raise UserError(f"{sweep_dir} is not a memsim sweep directory (no {MANIFEST})")
-    return found
+    return open_dataset(sweep_dir)[1]
