@@ -4,11 +4,13 @@
 import polars as pl
 import pytest
 
+from engine.ask.estimate import estimate_table
 from engine.ask.explain import evaluate_case
 from engine.catalogs.recipes import presets
 from engine.cli import main
 from engine.configure.resolve import resolve_case
 from engine.dataset.sweep import run_sweep
+from engine.dataset.views import connect
 from engine.errors import UserError
 from engine.inputs.codes import Ckpt, Framework, OptimizerImpl
 
@@ -50,3 +52,36 @@ def test_a_recipe_axis_gives_what_explain_gives_and_swept_inputs_win(tmp_path):
         assert row["allocated_peak_bytes"] == evaluate_case(case)["allocated_peak_bytes"], case
     titan = rows.filter(pl.col("recipe") == "torchtitan", pl.col("n_gpus") == 1)
     assert titan["allocated_peak_bytes"].n_unique() == 2  # foreach and fused differ: the axis, not the preset, set it
+
+
+def test_a_recipe_axis_writes_every_input_its_preset_sets(tmp_path):
+    # issue #22: a sweep of recipe = "torchtitan" said framework = pytorch (the views' default for an input the spec
+    # does not name); each preset's inputs are now columns of their own, the swept optimizer_impl still winning
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "megatron"]\n'
+                    'optimizer_impl = ["foreach", "fused"]\n')
+    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
+    con = connect(tmp_path / "out", read_only=True)
+    rows = con.sql("SELECT DISTINCT recipe, framework, zero_stage, checkpointing, loss_parallel, sp FROM sweep "
+                   "ORDER BY recipe").fetchall()
+    assert rows == [("megatron", "megatron", 1, "selective", True, True), ("none", "pytorch", 0, "none", False, False),
+                    ("torchtitan", "fsdp", 3, "selective_op", True, False)]
+    impls = con.sql("SELECT DISTINCT optimizer_impl FROM sweep WHERE recipe = 'torchtitan' ORDER BY 1").fetchall()
+    assert impls == [("foreach",), ("fused",)]  # swept: the axis wins over the preset's fused
+
+
+def test_a_linked_recipe_axis_keeps_its_preset_columns(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["hf-trainer", "torchtitan"]\nn_gpus = [1, 8]\n'
+                    '[link]\nrun = ["recipe", "n_gpus"]\n')
+    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
+    rows = pl.read_parquet(tmp_path / "out" / "*.parquet").with_columns(pl.col(pl.Categorical).cast(pl.String))
+    assert rows.select("recipe", "n_gpus", "framework").sort("recipe").rows() == [("hf-trainer", 1, "pytorch"),
+                                                                                 ("torchtitan", 8, "fsdp")]
+
+
+def test_estimate_writes_what_a_preset_sets(tmp_path):
+    table = estimate_table([{"model": "llama-3.1-8b", "recipe": "torchtitan", "n_gpus": 8}])
+    row = table.to_pylist()[0]
+    assert (row["recipe"], row["framework"], row["optimizer_impl"], row["loss_parallel"]) == (
+        "torchtitan", "fsdp", "fused", True)

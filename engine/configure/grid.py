@@ -126,7 +126,9 @@ def gpu_axis(values) -> Axis:
 
 def recipe_axis(values, explicit: set) -> Axis:
     """Training-recipe presets: each digit sets what its preset sets (data/recipes.toml), but the inputs the spec
-    sweeps itself, which win; 'none' sets nothing."""
+    sweeps itself, which win; 'none' sets nothing. The axis writes each input it sets as its own column beside
+    `recipe` (as a [link] does), so a row of `recipe = "torchtitan"` says framework = fsdp, not the default the
+    dataset's views would otherwise give an input the spec does not name."""
     values = values if isinstance(values, list) else [values]
     names = [str(v).strip() or "none" for v in values]
     if len(set(names)) != len(names):
@@ -139,7 +141,10 @@ def recipe_axis(values, explicit: set) -> Axis:
         for k, v in inputs.items():
             rec[k] = v
         records.append(rec)
-    return table_axis("recipe", names, records, fields)
+    axis = table_axis("recipe", names, records, fields)
+    if fields:
+        axis.linked = [("recipe", names)] + [(f, [spell(f, rec[f]) for rec in records]) for f in fields]
+    return axis
 
 
 def value_axis(name: str, values, linked: bool = False) -> Axis:
@@ -172,7 +177,7 @@ def link_axes(group: str, members: list[Axis]) -> Axis:
         raise UserError(f"[link] {group} repeats a combination: {dict(zip(counts, again))}")
     first = members[0]
     words = np.concatenate([a.words for a in members], axis=1)
-    return Axis(first.name, first.labels, fields, words, linked=[(a.name, a.labels) for a in members])
+    return Axis(first.name, first.labels, fields, words, linked=[col for a in members for col in a.columns])
 
 
 def build_grid(spec: Spec) -> Grid:
