@@ -1,7 +1,7 @@
 -- How long and how much it takes to train $tokens tokens of each model, per GPU type and GPU count: the fastest layout that fits at each count, and whether that fleet is on the model's cost/time frontier.
 -- params:  $model    VARCHAR  model key, or NULL for every model
 --          $gpu      VARCHAR  GPU type, or NULL for every GPU type
---          $tokens   DOUBLE   tokens to train (default 1e12)
+--          $tokens   DOUBLE   tokens to train (>= 1) (default 1e12)
 -- returns: one row per (model, method, gpu, n_gpus) with a fitting layout of known speed: nodes, the fastest layout
 --          (tp, pp, cp, zero_stage, micro_batch, grad_accum, checkpointing), tokens_per_gpu_s, days (to train $tokens),
 --          usd_per_mtok and usd (to train $tokens; NULL without a catalog price), on_frontier (no other GPU type or
@@ -15,7 +15,7 @@ WITH fastest AS (
                  'cost_per_mtok': cost_per_mtok},
                 (tokens_per_gpu_s, -index))                                 AS best
     FROM sweep
-    WHERE valid AND fits AND tokens_per_gpu_s IS NOT NULL
+    WHERE valid AND fits AND tokens_per_gpu_s > 0
       AND ($model IS NULL OR model = $model)
       AND ($gpu IS NULL OR gpu = $gpu)
     GROUP BY ALL

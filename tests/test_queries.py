@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from engine import QUERIES_DIR
-from engine.ask.queries import Param, convert, list_queries, read_query, run_query
+from engine.ask.queries import Param, bind, convert, list_queries, parse_query, read_query, run_query
 from engine.catalogs import catalog
 from engine.errors import UserError
 
@@ -335,6 +335,12 @@ BAD_INPUT = [
      "$limit takes a BIGINT"),
     (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=nan"], "$tokens takes a DOUBLE"),
     (["query", "cheapest_fleet", "--sweep", "{sweep}", "--param", "tokens=1e400"], "$tokens takes a DOUBLE"),
+    (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=-1"], "$tokens must be >= 1, got -1"),
+    (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=0"], "$tokens must be >= 1, got 0"),
+    (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=0.5"], "$tokens must be >= 1, got 0.5"),
+    (["query", "min_gpus", "--sweep", "{sweep}", "--param", "seq_len=0"], "$seq_len must be >= 1, got 0"),
+    (["query", "zero_tp_recompute", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "gpu=h100",
+      "--param", "micro_batch=-4"], "$micro_batch must be >= 1"),
     (["query", "summary", "--sweep", "{empty}"], "is not a memsim sweep directory"),
     (["query", "summary"], "add --sweep DIR"),
     (["query", "summary", "--sweep", "{sweep}", "--format", "parquet"], "add -o FILE.parquet"),
@@ -486,3 +492,56 @@ def test_report_cost_frontier_is_the_priced_frontier_of_the_method(sweep_con, sw
         drawn = got.filter(pl.col("model") == model)
         assert {(r["gpu"], r["n_gpus"]) for r in drawn.iter_rows(named=True) if r["on_frontier"]} == pareto(best)
         assert drawn.height == len(best)
+
+
+# --- parameter ranges (issue #23 item 3) ---------------------------------------------------------------------
+
+RANGED = """-- A query with ranged parameters.
+-- params:  $share  DOUBLE  a fraction (> 0) (<= 1) (default 0.5)
+--          $count  BIGINT  how many (>= 1), or NULL for all
+--          $seq_len  BIGINT  tokens per sample, or NULL for any
+-- returns: nothing
+SELECT 1;
+"""
+
+
+def test_a_header_range_is_parsed_from_the_meaning():
+    q = parse_query("ranged", RANGED)
+    assert q.param("share").bounds == ((">", 0.0), ("<=", 1.0)) and q.param("share").default == 0.5
+    assert q.param("count").bounds == ((">=", 1),) and q.param("count").optional
+
+
+@pytest.mark.parametrize("params, says", [({"share": "0"}, "$share must be > 0, got 0"),
+                                          ({"share": "1.5"}, "$share must be <= 1, got 1.5"),
+                                          ({"count": "0"}, "$count must be >= 1, got 0"),
+                                          ({"seq_len": "-1"}, "$seq_len must be >= 1")])
+def test_a_value_outside_the_range_is_refused(params, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        bind(parse_query("ranged", RANGED), params)
+
+
+def test_values_inside_the_range_and_null_are_taken():
+    q = parse_query("ranged", RANGED)
+    assert bind(q, {"share": "1", "count": "1"}) == {"share": 1.0, "count": 1, "seq_len": None}
+
+
+@pytest.mark.parametrize("header, says", [("$name VARCHAR a name (>= 1)", "only BIGINT and DOUBLE take a range"),
+                                          ("$n BIGINT how many (>= 1) (default 0)", "$n must be >= 1, got 0")])
+def test_a_range_that_cannot_hold_is_a_header_error(header, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        parse_query("bad", f"-- A bad query.\n-- params: {header}\n-- returns: nothing\nSELECT 1;\n")
+
+
+@pytest.mark.xfail(strict=True, reason="queries/cheapest_fleet.sql and report_cost_frontier.sql do not state "
+                                       "$tokens (>= 1) yet (one line each in their headers)")
+@pytest.mark.parametrize("name", ["cheapest_fleet", "report_cost_frontier"])
+def test_every_query_refuses_a_negative_token_budget(name):
+    q = read_query(name)
+    required = {p.name: {**SAMPLE_PARAMS, "method": BASE_METHOD}.get(p.name) for p in q.params if not p.optional}
+    with pytest.raises(UserError, match=re.escape("$tokens must be >= 1")):
+        bind(q, {**required, "tokens": "-1"})
+
+
+def test_time_to_train_never_answers_in_negative_days_or_dollars(sweep_con):
+    got = run(sweep_con, "time_to_train", tokens=1)
+    assert got.height > 0 and got["days"].min() > 0 and got.filter(pl.col("usd").is_not_null())["usd"].min() > 0

@@ -10,7 +10,14 @@ Each file opens with a header that this module parses and the CLI shows:
 A parameter is optional when its meaning says "or NULL" (omitted: NULL, which the SQL reads as "any") or
 "(default V)" (omitted: V); any other parameter is required. `-- params:  none` declares none. Values are
 converted to the declared type (VARCHAR, BIGINT, DOUBLE, BOOLEAN), so `--param n_gpus=8` arrives as 8, and a
-`model` or `gpu` value resolves through the catalog's keys and aliases (`h100` -> `h100-sxm-80gb`).
+`model` or `gpu` value resolves through the catalog's keys and aliases (`h100` -> `h100-sxm-80gb`). A numeric
+parameter's meaning may state its range as bounds in parentheses, `(>= 1)`, `(> 0)`, `(<= 100)`, one or more:
+
+    --          $tokens   DOUBLE   tokens to train (>= 1) (default 1e12)
+
+and a parameter named after a numeric CONFIG.md input (`$seq_len`, `$n_gpus`) also takes that input's bounds
+(engine/inputs/vocabulary.py). A value outside them is refused in one line before the query runs (never an answer
+in negative days).
 
 Conventions the queries share: rows considered are `valid AND fits` unless the question is about failures;
 `method` names what is trained (precision, optimizer, framework, then LoRA rank, base quantization and offload
@@ -33,6 +40,8 @@ from engine.errors import UserError
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN")
 _PARAM = re.compile(r"^\$(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s+(?P<meaning>.+)$")
 _DEFAULT = re.compile(r"\(default (?P<value>[^)]+)\)")
+_BOUND = re.compile(r"\((?P<op>>=|<=|>|<)\s*(?P<value>[^)\s]+)\s*\)")
+BOUND_HOLDS = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b, "<=": lambda v, b: v <= b, "<": lambda v, b: v < b}
 _TRUE, _FALSE = {"true", "t", "yes", "1"}, {"false", "f", "no", "0"}
 
 
@@ -43,6 +52,7 @@ class Param:
     meaning: str
     optional: bool
     default: object = None  # the value an omitted optional parameter takes (None: NULL)
+    bounds: tuple = ()  # (operator, value) pairs from the meaning's `(>= 1)`: the range a value must lie in
 
 
 @dataclass(frozen=True)
@@ -123,11 +133,35 @@ def parse_param(name: str, line: str) -> Param:
     if not match or match["type"] not in TYPES:
         raise UserError(f"queries/{name}.sql: bad params line {line!r}; write `$name TYPE meaning`, TYPE one of {', '.join(TYPES)}")
     meaning = match["meaning"].strip()
+    param = Param(match["name"], match["type"], meaning, "or NULL" in meaning)
+    stated = tuple((b["op"], convert(param, b["value"], name)) for b in _BOUND.finditer(meaning))
+    if stated and param.type not in ("BIGINT", "DOUBLE"):
+        raise UserError(f"queries/{name}.sql: ${param.name} is {param.type}; only BIGINT and DOUBLE take a range")
+    param = Param(param.name, param.type, meaning, param.optional, None, stated + input_bounds(param))
     default = _DEFAULT.search(meaning)
     if default:
-        value = convert(Param(match["name"], match["type"], meaning, True), default["value"], name)
-        return Param(match["name"], match["type"], meaning, True, value)
-    return Param(match["name"], match["type"], meaning, "or NULL" in meaning)
+        value = convert(param, default["value"], name)
+        check_range(param, value, default["value"], name)
+        return Param(param.name, param.type, meaning, True, value, param.bounds)
+    return param
+
+
+def input_bounds(param: Param) -> tuple:
+    """The bounds of the numeric CONFIG.md input a parameter is named after (none for other names)."""
+    from engine.inputs.vocabulary import INPUT_FIELDS
+
+    field = next((f for f in INPUT_FIELDS if f.name == param.name), None)
+    if field is None or param.type not in ("BIGINT", "DOUBLE"):
+        return ()
+    return tuple((op, bound) for op, bound in ((">=", field.low), ("<=", field.high)) if bound is not None)
+
+
+def check_range(param: Param, value, given, query: str) -> None:
+    """A value inside every bound the parameter's meaning states; one line saying which it breaks otherwise."""
+    for op, bound in param.bounds:
+        if value is not None and not BOUND_HOLDS[op](value, bound):
+            shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+            raise UserError(f"query {query}: ${param.name} must be {op} {shown}, got {given} (${param.name}: {param.meaning})")
 
 
 def convert(param: Param, value, query: str):
@@ -178,6 +212,7 @@ def bind(query: Query, params: dict) -> dict:
     for p in query.params:
         if p.name in params and params[p.name] is not None:
             values[p.name] = convert(p, params[p.name], query.name)
+            check_range(p, values[p.name], params[p.name], query.name)
         elif p.optional:
             values[p.name] = p.default
         else:
