@@ -5,7 +5,6 @@ AWS_* variables at it (AWS_ENDPOINT_URL, keys, region) for the module, as a user
 is given nothing else. It skips, with the reason, only when moto's server is not installed (the `s3` extra).
 """
 
-import os
 import socket
 import subprocess
 import sys

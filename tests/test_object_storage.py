@@ -97,7 +97,7 @@ def test_a_named_query_over_a_bucket_answers_as_over_the_local_dataset(memsim, b
 
 @pytest.mark.slow
 def test_a_report_is_built_straight_from_a_bucket(memsim, bucket_dataset, tmp_path):
-    code, out, err = memsim("report", "--sweep", bucket_dataset, "-o", tmp_path / "r.html")
+    code, _, err = memsim("report", "--sweep", bucket_dataset, "-o", tmp_path / "r.html")
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     assert "object storage test" in page and "llama-3.1-8b" in page

@@ -244,8 +244,8 @@ def render_verification(v: Verification) -> str:
     writers = v.writers()
     by_writer = [f"written by {len(writers)} machine{'s' * (len(writers) != 1)}:"] + writers if writers else []
     if v.ok:
-        lines = [f"OK: {v.root}: {n} of {n} shards complete, {v.rows:,} rows "
-                 f"({v.keep or 'all'} rows of {m['total']:,} configurations), spec digest {m['spec_digest']}"] + by_writer
+        lines = [(f"OK: {v.root}: {n} of {n} shards complete, {v.rows:,} rows "
+                  f"({v.keep or 'all'} rows of {m['total']:,} configurations), spec digest {m['spec_digest']}"), *by_writer]
     else:
         bad = v.rerun
         lines = [f"INCOMPLETE: {v.root}: {n - len(bad)} of {n} shards complete, spec digest {m['spec_digest']}"]
