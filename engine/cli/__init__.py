@@ -12,13 +12,13 @@ import sys
 import threading
 
 try:  # Ctrl-C while numpy, numba and pyarrow load (seconds on a cold disk) stops memsim as it stops a command
-    from engine.cli import estimate, explain, measure, query, report, sweep, validate, verify
+    from engine.cli import estimate, explain, measure, plan, query, report, sweep, validate, verify
     from engine.errors import UserError
 except KeyboardInterrupt:
     print("memsim: interrupted", file=sys.stderr)
     sys.exit(130)
 
-COMMANDS = [explain, estimate, measure, validate, sweep, query, report, verify]
+COMMANDS = [explain, plan, estimate, measure, validate, sweep, query, report, verify]
 
 
 class Parser(argparse.ArgumentParser):
