@@ -23,10 +23,25 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
         out.append((f"tensor parallel {rec.tp * 2} on the same GPUs", {"tp": rec.tp * 2, "dp": rec.dp // 2}))
     if rec.tp > 1 and not rec.sp:
         out.append(("sequence parallel", {"sp": True}))
-    if rec.zero_stage >= 1 and rec.offload == Offload.NONE:
-        out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
+    out += offload_variants(rec)
     out.append((f"{rec.n_gpus * 2} GPUs with ZeRO-3", {"n_gpus": rec.n_gpus * 2, "dp": 0, "zero_stage": 3}))
     return out + recipe_variants(rec)
+
+
+def offload_variants(rec) -> list[tuple[str, dict]]:
+    """Offload wherever it can run (ZeRO-Offload needs ZeRO >= 1, which on one replica shards nothing; ZeRO-Infinity's
+    offloaded parameters need ZeRO-3): the optimizer states, then the parameters too."""
+    out = []
+    if rec.offload == Offload.NONE:
+        if rec.zero_stage >= 1:
+            out.append(("offload the optimizer to host RAM", {"offload": "optimizer"}))
+        else:
+            out.append(("offload the optimizer to host RAM (ZeRO-1 + ZeRO-Offload)",
+                        {"offload": "optimizer", "zero_stage": 1}))
+    if rec.offload != Offload.OPTIMIZER_PARAMS:
+        out.append(("offload the optimizer and parameters to host RAM (ZeRO-3 + ZeRO-Infinity)",
+                    {"offload": "optimizer_params", "zero_stage": 3}))
+    return out
 
 
 def recipe_variants(rec) -> list[tuple[str, dict]]:

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from engine.ask.changes import variants
+from engine.ask.suggest import combined, framework_line, framework_peaks, suggestions  # noqa: F401 (explain's API)
 from engine.catalogs import catalog
 from engine.configure.resolve import resolve_case
 from engine.dataset.columns import output_columns
@@ -14,11 +14,12 @@ from engine.inputs.codes import (
     INVALID_REASONS,
     Ckpt,
     Component,
+    Framework,
     Invalid,
     Phase,
     name_of,
 )
-from engine.inputs.vocabulary import INPUTS, RECORD
+from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.kernel import evaluate
 from engine.model.levels import host_ram_per_gpu
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
@@ -95,38 +96,6 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
     ]
 
 
-def try_variants(case: dict, rec) -> list[dict]:
-    """Each single change's new device peak, for layouts that can run, evaluated in one batch."""
-    options = variants(case, rec)
-    results = evaluate_cases([{**case, **change} for _, change in options])
-    return [{"change": label, "set": change, "device_peak_bytes": r["device_peak_bytes"], "fits": bool(r["fits"] == 1),
-             "record": r["record"]}
-            for (label, change), r in zip(options, results) if r is not None and r["valid"]]
-
-
-def suggestions(case: dict, result: dict, limit: int = 6) -> list[dict]:
-    """Single changes that lower the peak, those that fit first, then by peak; none that changes nothing."""
-    lower = [s for s in try_variants(case, result["record"]) if s["device_peak_bytes"] < result["device_peak_bytes"]]
-    found = sorted(lower, key=lambda s: (not s["fits"], s["device_peak_bytes"]))
-    return [{k: v for k, v in s.items() if k != "record"} for s in found[:limit]]
-
-
-def plan(case: dict, result: dict, max_steps: int = 5) -> list[dict]:
-    """Changes combined greedily (each step takes the change that lowers the peak most) until it fits."""
-    steps, current, peak = [], dict(case), result["device_peak_bytes"]
-    rec = result["record"]
-    for _ in range(max_steps):
-        options = [s for s in try_variants(current, rec) if s["device_peak_bytes"] < peak]
-        if not options:
-            break
-        best = min(options, key=lambda s: (not s["fits"], s["device_peak_bytes"]))
-        current, peak, rec = {**current, **best["set"]}, best["device_peak_bytes"], best["record"]
-        steps.append({"change": best["change"], "set": best["set"], "device_peak_bytes": peak, "fits": best["fits"]})
-        if best["fits"]:
-            break
-    return steps
-
-
 def too_large(result: dict) -> bool:
     """A row whose counts exceed 2^62: nothing about it is counted (int64 would wrap)."""
     return result["invalid_reason"] == Invalid.TOO_LARGE
@@ -135,7 +104,8 @@ def too_large(result: dict) -> bool:
 def summary_line(result: dict) -> str:
     rec = result["record"]
     layout = f"dp {rec.dp}, tp {rec.tp}, pp {rec.pp}" + (f", cp {rec.cp}" if rec.cp > 1 else "") + (f", ep {rec.ep}" if rec.ep > 1 else "")
-    method = [name_of(INPUTS["precision"].kind(rec.precision)), name_of(INPUTS["optimizer"].kind(rec.optimizer))]
+    method = [name_of(INPUTS["precision"].kind(rec.precision)), name_of(INPUTS["optimizer"].kind(rec.optimizer)),
+              name_of(Framework(rec.framework))]
     if rec.zero_stage:
         method.append(f"ZeRO-{rec.zero_stage}")
     if rec.checkpointing != Ckpt.NONE:
@@ -186,8 +156,21 @@ def explain(case: dict) -> dict:
         **price_basis(case, r["gpu"], rec),
     }
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
-    result["plan"] = [] if result["fits"] else plan(case, r)
+    result["plan"] = [] if result["fits"] else combined(case, r)
+    result["framework_peaks_bytes"] = framework_peaks(case, rec) if result["valid"] and not too_large(r) else {}
+    result["framework_note"] = framework_line(result["framework_peaks_bytes"], name_of(Framework(rec.framework)))
+    result["inputs"] = resolved_inputs(case, r)
+    result["time_unknown"] = time_unknown_reason(rec, r["gpu"]) if r["step_time_s"] is None else None
     return result
+
+
+def resolved_inputs(case: dict, r: dict) -> dict:
+    """Every input as the configuration resolved it (CONFIG.md spellings): a recipe preset's inputs included, the
+    model's dims and the GPU's attributes as the catalogs or the case give them."""
+    rec = r["record"]
+    out = {"model": r["model"], "gpu": r["gpu"], "recipe": str(case.get("recipe") or "none").strip() or "none"}
+    out.update({f.name: spell(f.name, rec[f.name]) for f in INPUT_FIELDS if f.name in RECORD.names})
+    return out
 
 
 def render(result: dict) -> str:
@@ -217,22 +200,52 @@ def render(result: dict) -> str:
         ram = f", {host_ram / GIB:.1f} GiB available to each" if host_ram else " (the host's RAM unknown)"
         lines.append(f"host RAM for offload: {host / GIB:.2f} GiB per GPU{ram}")
     lines.append(time_line(result["outputs"], result))
+    if result["framework_note"]:
+        lines.append(result["framework_note"])
     if result["suggestions"]:
-        lines += ["", "what to change (one at a time):"]
-        for s in result["suggestions"]:
-            lines.append(f"  - {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
+        lines += ["", "what to change (one at a time; those that fit first, fastest first):"]
+        lines += [f"  - {change_line(s)}" for s in result["suggestions"]]
     if result["plan"] and not any(s["fits"] for s in result["suggestions"]):
         lines += ["", "combined, step by step:"]
-        for i, s in enumerate(result["plan"], 1):
-            lines.append(f"  {i}. {s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)})")
+        lines += [f"  {i}. {change_line(s)}" for i, s in enumerate(result["plan"], 1)]
+    if not result["fits"]:
+        lines += ["", f"the fastest configurations that fit, every layout and recipe searched: {plan_command(result)}"]
     return "\n".join(lines)
+
+
+def change_line(s: dict) -> str:
+    """A suggested change: its peak, whether it fits, its speed and price."""
+    speed = "" if s["tokens_per_gpu_s"] is None else f", {s['tokens_per_gpu_s']:,.0f} tokens/s per GPU"
+    cost = "" if s["cost_per_mtok"] is None else f", ${s['cost_per_mtok']:.2f}/Mtok"
+    return f"{s['change']:<50} -> {s['device_peak_bytes'] / GIB:8.2f} GiB ({verdict(s)}{speed}{cost})"
+
+
+def plan_command(result: dict) -> str:
+    i = result["inputs"]
+    return (f"memsim plan --model {i['model']} --gpu {i['gpu']} --n-gpus {i['n_gpus']} --seq-len {i['seq_len']}"
+            + ("" if i["lora_rank"] == 0 else f" --lora-rank {i['lora_rank']} --base-quant {i['base_quant']}"))
+
+
+def time_unknown_reason(rec, gpu: str) -> str:
+    """Why a configuration that can run has no step time: the catalog figure its time needs and lacks."""
+    if rec.bf16_tflops <= 0 and rec.matmul_tflops_achievable <= 0:
+        return f"the catalog gives no FLOP rate for {gpu} (bf16_tflops; --bf16-tflops gives one)"
+    if rec.bandwidth_bytes_per_s <= 0:
+        return f"the catalog gives no memory bandwidth for {gpu} (--bandwidth-bytes-per-s gives one)"
+    node = rec.nvlink_domain_gpus or rec.gpus_per_node
+    if rec.n_gpus > max(node, 1) and rec.inter_node_bytes_per_s <= 0:
+        return (f"the job spans {-(-rec.n_gpus // max(node, 1))} nodes of {max(node, 1)} x {gpu} and the catalog gives no "
+                "network bandwidth between them (inter_node_bytes_per_s; --inter-node-bytes-per-s gives one)")
+    if rec.n_gpus > 1 and rec.intra_node_bytes_per_s <= 0:
+        return f"the catalog gives no link bandwidth between {gpu}s (--intra-node-bytes-per-s gives one)"
+    return "a rate this layout needs is unknown"
 
 
 def time_line(out: dict, price: dict) -> str:
     """Step time, throughput, MFU and cost in one line (engine/model/time.py), the price with its source and date;
     what the catalog cannot price, said."""
     if out["step_time_s"] is None:
-        return "time: unknown (no FLOP rate for this GPU)"
+        return f"time: unknown: {price.get('time_unknown', 'a rate it needs is unknown')}"
     cost = "no catalog price"
     if out["cost_per_mtok"] is not None:
         source = (price["price_source"] or "").split(",")[0]
