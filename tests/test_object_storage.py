@@ -143,6 +143,35 @@ def test_an_interrupted_upload_leaves_nothing_that_looks_written(memsim, s3, spe
     assert code == 2 and "shard 0/2 [0, 60): missing" in out
 
 
+def test_an_interrupted_rerun_in_a_bucket_keeps_the_old_part_and_a_finished_one_replaces_it(memsim, s3, spec,  # noqa: F811
+                                                                                         monkeypatch):
+    from engine.dataset.shards import sweep_shard
+
+    uri, prefix = sweep_to_bucket(memsim, spec, s3.uri("sweeps/rerun")), "memsim-test/sweeps/rerun"
+    before = {name: s3_fs().open_input_stream(f"{prefix}/{name}").read()
+              for name in ("part-00000-of-00002.parquet", "_shards/00000-of-00002.json")}
+    write, calls = PartWriter.write, []
+
+    def interrupted_after_one_chunk(self, table):
+        calls.append(table.num_rows)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        write(self, table)
+
+    monkeypatch.setattr(PartWriter, "write", interrupted_after_one_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        sweep_shard(spec, uri, shard=(0, 2), chunk_rows=8, **QUIET)
+    monkeypatch.undo()
+    assert objects(prefix) == sorted([*before, "_memsim.json", "_spec.toml", "part-00001-of-00002.parquet",
+                                      "_shards/00001-of-00002.json"])  # no temporary left
+    assert all(s3_fs().open_input_stream(f"{prefix}/{name}").read() == data for name, data in before.items())
+    assert memsim("verify", uri)[0] == 0
+    sweep_shard(spec, uri, shard=(0, 2), chunk_rows=8, **QUIET)  # through a temporary, moved over the old part
+    code, out, _ = memsim("verify", uri)
+    assert code == 0 and objects(prefix) == sorted([*before, "_memsim.json", "_spec.toml",
+                                                    "part-00001-of-00002.parquet", "_shards/00001-of-00002.json"])
+
+
 @pytest.mark.parametrize("command", [["query", "summary", "--sweep"], ["sql", "SELECT 1", "--sweep"], ["verify"],
                                      ["report", "-o", "r.html", "--sweep"]])
 def test_a_bucket_path_with_no_dataset_is_one_line(memsim, s3, command, tmp_path, monkeypatch):  # noqa: F811

@@ -29,6 +29,11 @@ class Location:
     def local(self) -> bool:
         return is_local(self.fs)
 
+    @property
+    def object_store(self) -> bool:
+        """Whether an object appears only once its upload completes (S3, GCS): a write is atomic by itself."""
+        return self.fs.type_name in ("s3", "gcs")
+
     def path(self, name: str) -> str:
         """The path of a file of the dataset (`name` relative to it, e.g. `_shards/00000-of-00004.json`)."""
         return f"{self.base}/{name}"

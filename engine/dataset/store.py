@@ -177,10 +177,12 @@ class PartWriter:
     encoded; statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
     Every page carries a CRC-32 and the bytes are hashed as they are written (engine/dataset/checksum.py).
 
-    `out_dir` is a local directory (written with open() and os.replace) or a Location (written through its
-    pyarrow filesystem: streamed to a temporary object, then moved to its name, as an object store allows; a
-    write that fails or is interrupted deletes its temporary). Until close() the shard's previous part and
-    marker (a re-run's) stay as they are.
+    `out_dir` is a local directory (written with open() and os.replace) or a Location, written through its
+    pyarrow filesystem: streamed to a temporary, then moved to its name. On an object store (S3, GCS), where an
+    object appears only once its upload completes, a shard with no part yet is streamed straight to its name
+    instead (no server-side copy of the whole part). A write that fails or is interrupted deletes what it
+    uploaded; a killed one leaves only an incomplete upload, which no listing shows. Until close() the shard's
+    previous part and marker (a re-run's) stay as they are.
     """
 
     def __init__(self, out_dir, shard: int, n_shards: int, schema: pa.Schema, metadata: dict, compression: str,
@@ -195,7 +197,10 @@ class PartWriter:
         else:
             self.out_dir = self.place.uri
             self.final, self.marker = self.place.path(name), marker
-            self.tmp = f"{self.final}.tmp-{writer_id()}"
+            self.direct = self.place.object_store and self.place.kind(name) == pafs.FileType.NotFound
+            self.tmp = self.final if self.direct else f"{self.final}.tmp-{writer_id()}"
+            if self.direct and self.place.kind(marker) == pafs.FileType.File:
+                self.place.fs.delete_file(self.place.path(marker))  # a marker whose part is gone vouches for nothing
         self.started = time.time() if started is None else started
         schema = schema.with_metadata({b"memsim": json.dumps(metadata).encode()})
         self.rows, self.sink = 0, None
@@ -265,7 +270,8 @@ class PartWriter:
         fs = self.place.fs
         if fs.get_file_info(self.place.path(self.marker)).type == pafs.FileType.File:
             fs.delete_file(self.place.path(self.marker))
-        fs.move(self.tmp, self.final)
+        if not self.direct:
+            fs.move(self.tmp, self.final)
 
     def write_marker(self, text: str) -> None:
         if self.place is None:
