@@ -14,6 +14,26 @@ import pytest
 TORCH_TIER = {"test_measure.py", "test_measure_parallel.py", "test_measure_recipes.py", "test_hf_models.py"}
 
 
+def pytest_sessionstart(session):
+    """A cold numba cache (a first run, or any edit of engine/model) makes the first tests that evaluate wait
+    minutes for the compiler, with nothing on the screen: say so before they start."""
+    from engine.model.kernel import KERNEL_COMPILE_SECONDS, cold, fill_outputs
+    from engine.model.sweep_kernel import sweep_chunk
+
+    kernels = [k for k in (fill_outputs, sweep_chunk) if cold(k)]
+    if not kernels:
+        return
+    minutes = -(-len(kernels) * KERNEL_COMPILE_SECONDS // 60)
+    where = getattr(getattr(kernels[0], "_cache", None), "_cache_path", "the numba cache")
+    line = (f"memsim: compiling the kernels (first run, ~{minutes:.0f} min on two idle cores, twice that on a busy "
+            f"machine; cached in {where} for the next run)...")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+    else:
+        print(line, flush=True)
+
+
 def pytest_ignore_collect(collection_path, config):
     if collection_path.name in TORCH_TIER and config.getoption("markexpr") == "not slow":
         return True

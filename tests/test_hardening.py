@@ -345,14 +345,17 @@ def result_or_one_line(code: int, out: str, err: str) -> None:
 
 SPECIAL_TEXT = ["nan", "NaN", "inf", "-inf", "+inf", "1e400", "-1e400", "1e30", "9" * 40, "-0", "0", "-1", "1_000",
                 "0x10", "1.5", " 7 ", "", " ", "true", "false", "none", "all", "١٢", "\u00a0", "5e-324"]
+# integers of any size: past int64 and float (10^400), up to the 4,300 digits TOML and JSON readers convert
+huge_ints = st.integers(19, 4299).map(lambda digits: 10**digits - 1) | st.integers(19, 4299).map(lambda d: -(10**d))
 texts = st.one_of(st.sampled_from(SPECIAL_TEXT), st.integers(-2**80, 2**80).map(str),
+                  st.integers(1, 6000).map(lambda digits: "9" * digits),
                   st.floats(allow_nan=True, allow_infinity=True).map(repr),
                   st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=12))
-toml_scalars = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-                         st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=10))
+toml_scalars = st.one_of(st.integers(-2**70, 2**70), huge_ints, st.floats(allow_nan=True, allow_infinity=True),
+                         st.booleans(), st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=10))
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-              st.text(max_size=8)),
+    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), huge_ints,
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=6)
 
@@ -520,3 +523,242 @@ def test_many_specs(tmp_path_factory, axes, output):
 @given(config_case)
 def test_many_config_json_fields(tmp_path_factory, case):
     config_field(tmp_path_factory.mktemp("config"), *case)
+
+
+# --- issue #23: no wrong answer on odd input --------------------------------------------------------------------
+
+INT_OUTPUTS_NEVER_NEGATIVE = ["weight_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes", "temp_bytes",
+                              "allocated_peak_bytes", "reserved_peak_bytes", "overhead_bytes", "device_peak_bytes",
+                              "host_bytes", "capacity_bytes", "usable_bytes"]
+
+
+def estimate_rows(memsim, tmp_path, csv_text: str) -> pl.DataFrame:
+    cases, out = tmp_path / "cases.csv", tmp_path / "e.parquet"
+    cases.write_text(csv_text)
+    code, _, err = memsim("estimate", cases, "-o", out)
+    assert code == 0, err
+    return pl.read_parquet(out)
+
+
+def honest(rows: pl.DataFrame) -> None:
+    """A valid row answers every output with a non-negative number; an invalid one says why and never fits."""
+    for row in rows.iter_rows(named=True):
+        if row["valid"]:
+            assert row["invalid_reason"] is None and row["fits"] is not None, row
+            assert all(row[n] is not None and row[n] >= 0 for n in INT_OUTPUTS_NEVER_NEGATIVE), row
+            assert row["step_time_s"] > 0 and row["tokens_per_gpu_s"] > 0, row
+        else:
+            assert row["invalid_reason"] and row["fits"] is False, row
+
+
+def test_first_dense_layers_beyond_n_layers_is_never_an_answer(memsim, tmp_path):
+    code, _, err = memsim("explain", "--model", "mixtral-8x7b", "--first-dense-layers", "100")
+    assert one_line_error(code, err) and "first_dense_layers exceeds n_layers" in err and "(-" not in err  # no -94B
+    rows = estimate_rows(memsim, tmp_path, "model,first_dense_layers\nmixtral-8x7b,100\nmixtral-8x7b,32\n"
+                                           "deepseek-v3,61\ndeepseek-v3,62\n")
+    assert rows["valid"].to_list() == [False, True, True, False]
+    assert rows["invalid_reason"][0] == "first_dense_layers exceeds n_layers" and rows["device_peak_bytes"][0] is None
+    honest(rows)
+
+
+def test_a_config_json_with_more_dense_layers_than_layers_is_one_line(memsim, tmp_path):
+    config = json.loads((Path(GPT2_CONFIG).parent / "deepseek-v2-lite.json").read_text())
+    config["first_k_dense_replace"] = config["num_hidden_layers"] + 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, _, err = memsim("explain", "--model", path)
+    assert one_line_error(code, err) and "first_k_dense_replace" in err
+
+
+def test_dims_over_a_catalog_model_are_counted_from_those_dims(memsim):
+    from engine.configure.resolve import resolve_case
+    from engine.model.params import dims_param_count, param_count
+
+    deeper, _, _ = resolve_case({"model": "llama-3.1-8b", "n_layers": 64})
+    assert param_count(deeper) == dims_param_count(deeper) > 14e9  # not the published 8,030,261,248
+    given, _, _ = resolve_case({"model": "llama-3.1-8b", "n_layers": 64, "n_params": 9_000_000_000})
+    assert param_count(given) == 9_000_000_000  # a count given beside the dims is the user's: it rules
+    same, _, _ = resolve_case({"model": "llama-3.1-8b", "n_layers": 32})
+    assert param_count(same) == 8_030_261_248  # the published count, unchanged when the dims are
+    code, out, _ = memsim("explain", "--model", "llama-3.1-8b", "--n-layers", "64", "--json")
+    assert code == 0 and "(15.01B params)" in json.loads(out)["summary"]
+    base = json.loads(memsim("explain", "--model", "llama-3.1-8b", "--json")[1])["outputs"]["weight_bytes"]
+    assert json.loads(out)["outputs"]["weight_bytes"] > 1.8 * base
+
+
+@pytest.mark.parametrize("kv", ["5", "64", "33"])
+def test_n_kv_heads_must_divide_n_heads_on_every_path(memsim, tmp_path, kv):
+    code, _, err = memsim("explain", "--model", "llama-3.1-8b", "--n-kv-heads", kv)
+    assert one_line_error(code, err) and f"n_kv_heads {kv} must divide n_heads 32" in err
+    cases = tmp_path / "cases.csv"
+    cases.write_text(f"model,n_kv_heads\nllama-3.1-8b,8\nllama-3.1-8b,{kv}\n")
+    code, _, err = memsim("estimate", cases, "-o", tmp_path / "e.parquet")
+    assert one_line_error(code, err) and "row 2" in err and not (tmp_path / "e.parquet").exists()
+    config = json.loads((Path(GPT2_CONFIG).parent / "llama-3.1-8b.json").read_text()) | {"num_key_value_heads": int(kv)}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert one_line_error(*memsim("explain", "--model", tmp_path / "config.json")[::2])
+
+
+def test_a_model_known_by_n_params_alone_is_an_invalid_row(memsim, tmp_path):
+    for extra in ([], ["--json"]):
+        code, _, err = memsim("explain", "--model", "custom", "--n-params", "1000000000", *extra)
+        assert one_line_error(code, err) and "n_params only" in err, err
+    code, _, err = memsim("explain", "--model", "llama-3.1-8b", "--n-layers", "0")
+    assert one_line_error(code, err) and "neither dims" in err
+    rows = estimate_rows(memsim, tmp_path, "model,n_params,n_gpus,zero_stage\ncustom,1000000000,1,0\n"
+                                           "custom,1000000000,8,3\nllama-3.2-1b,,1,0\n")
+    assert rows["valid"].to_list() == [False, False, True] and rows["invalid_reason"][0].startswith("model has n_params")
+    assert rows["weight_bytes"][0] == 4_000_000_000  # the states still follow from n_params (CONFIG.md)
+    honest(rows)
+
+
+LAYER_SPLITS = st.fixed_dictionaries({
+    "model": st.sampled_from(["mixtral-8x7b", "deepseek-v2-lite", "qwen3-30b-a3b", "llama-3.2-1b"]),
+    "n_layers": st.integers(1, 64), "first_dense_layers": st.integers(0, 80), "pp": st.sampled_from([1, 2, 4, 8]),
+    "pp_first_layers": st.integers(0, 80), "pp_last_layers": st.integers(0, 80), "vpp": st.sampled_from([1, 2]),
+    "pp_schedule": st.sampled_from(["1f1b", "interleaved", "gpipe"]), "grad_accum": st.integers(1, 16),
+    "n_params": st.sampled_from([None, None, None, 10**9])})
+
+
+def layer_split_rows(cases: list[dict]) -> None:
+    from engine.configure.resolve import resolve_cases
+    from engine.model.kernel import evaluate
+
+    records, _, _ = resolve_cases([{k: v for k, v in c.items() if v is not None} for c in cases])
+    out = evaluate(records)
+    for i, case in enumerate(cases):
+        if out["valid"][i]:
+            assert all(out[n][i] >= 0 for n in INT_OUTPUTS_NEVER_NEGATIVE), case
+            assert out["fits"][i] in (0, 1) and out["step_time_s"][i] > 0, case
+        else:
+            assert out["fits"][i] == 0 and out["invalid_reason"][i] > 0, case
+        if case["first_dense_layers"] > case["n_layers"]:
+            assert not out["valid"][i], case
+
+
+@FEW
+@given(st.lists(LAYER_SPLITS, min_size=1, max_size=8))
+def test_any_layer_split_is_an_honest_row(cases):
+    layer_split_rows(cases)
+
+
+@pytest.mark.slow
+@MANY
+@given(st.lists(LAYER_SPLITS, min_size=1, max_size=8))
+def test_many_layer_splits(cases):
+    layer_split_rows(cases)
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size", "head_dim"])
+@pytest.mark.parametrize("digits", [20, 400, 4000, 5000])
+def test_an_integer_of_any_size_in_a_config_json_is_one_line(memsim, tmp_path, key, digits):
+    path = tmp_path / "config.json"
+    text = (Path(GPT2_CONFIG).parent / "llama-3.1-8b.json").read_text()
+    config = json.loads(text) | {key: 7}
+    path.write_text(json.dumps(config).replace(f'"{key}": 7', f'"{key}": {"9" * digits}'))  # past json.dumps' limit
+    code, _, err = memsim("explain", "--model", path)
+    assert one_line_error(code, err) and len(err) < 400, err
+
+
+@pytest.mark.parametrize("axis", ["seq_len", "dropout", "n_gpus", "headroom"])
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_an_integer_of_any_size_on_a_spec_axis_or_in_a_cell_is_one_line(memsim, tmp_path, axis, digits):
+    spec = write_spec(tmp_path, f'[axes]\nmodel = ["gpt2"]\n{axis} = [{"9" * digits}]\n')
+    code, _, err = memsim("sweep", spec, "-o", tmp_path / "ds", "--quiet")
+    assert one_line_error(code, err) and len(err) < 400 and not (tmp_path / "ds").exists(), err
+    cases = tmp_path / "cases.csv"
+    cases.write_text(f"model,{axis}\ngpt2,{'9' * digits}\n")
+    code, _, err = memsim("estimate", cases, "-o", tmp_path / "e.parquet")
+    assert one_line_error(code, err) and axis in err and len(err) < 400, err
+
+
+def test_integers_are_read_exactly_beyond_a_float():
+    from engine.inputs.vocabulary import parse
+
+    assert parse("host_ram_bytes", str(2**56 - 1)) == 2**56 - 1  # float("72057594037927935") is 2^56
+
+
+@pytest.mark.parametrize("size", ["80", "80.5", " 24 ", "0"])
+def test_gpu_memory_needs_a_unit(memsim, size):
+    code, _, err = memsim("explain", "--gpu-memory", size)
+    assert one_line_error(code, err) and "needs a unit" in err
+
+
+@pytest.mark.parametrize("flag", ["--model", "--gpu", "--seq-len", "--precision", "--gpu-memory", "--sp", "--recipe"])
+def test_an_empty_flag_value_is_an_error_not_the_default(memsim, flag):
+    for argv in ([flag, ""], [f"{flag}=  "]):
+        code, _, err = memsim("explain", *argv)
+        assert one_line_error(code, err) and "empty value" in err and flag in err
+
+
+def test_a_hub_ref_cannot_lead_out_of_the_cache(tmp_path, monkeypatch):
+    from engine.catalogs.hub import cached_config
+
+    cache = tmp_path / "hub"
+    folder = cache / "models--someone--secret"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "snapshots").mkdir()
+    outside = tmp_path / "config.json"  # what "../.." leads to from snapshots/
+    outside.write_text((Path(GPT2_CONFIG).parent / "llama-3.1-8b.json").read_text())
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    for ref in ["../..", "../../..", str(tmp_path), "../../hub/../..", "a/../../.."]:
+        (folder / "refs" / "main").write_text(ref)
+        assert cached_config("someone/secret") is None, ref
+    (folder / "snapshots" / "abc").mkdir()
+    (folder / "snapshots" / "abc" / "config.json").symlink_to(outside)  # a link out of the cache is not followed
+    assert cached_config("someone/secret") is None
+    (folder / "snapshots" / "abc" / "config.json").unlink()
+    (folder / "snapshots" / "abc" / "config.json").write_text(outside.read_text())
+    assert cached_config("someone/secret") == folder / "snapshots" / "abc" / "config.json"
+
+
+def test_an_interrupt_while_memsim_imports_is_one_line_and_130():
+    import subprocess
+    import sys
+
+    # Ctrl-C as numpy starts to load, from the console script's own first line (numpy is the first heavy import)
+    script = ("import sys\n"
+              "class Interrupt:\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name == 'numpy':\n"
+              "            raise KeyboardInterrupt\n"
+              "sys.meta_path.insert(0, Interrupt())\n"
+              "from engine.cli import main\n"
+              "sys.exit(main(['explain']))\n")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stderr == "memsim: interrupted\n", done.stderr
+
+
+def test_an_interrupt_inside_a_finalizer_still_stops_the_command(memsim, monkeypatch):
+    import time
+
+    import engine.cli.explain
+
+    class Finalized:  # as llvmlite's ObjectRef.__del__ while numba loads the cached kernels
+        def __del__(self):
+            raise KeyboardInterrupt
+
+    def run(args):
+        Finalized()
+        for _ in range(200):
+            time.sleep(0.005)
+        raise AssertionError("the interrupt was swallowed")
+
+    monkeypatch.setattr(engine.cli.explain, "run", run)
+    code, _, err = memsim("explain")
+    assert code == 130 and "Exception ignored" not in err and err.startswith("memsim: interrupted"), err
+
+
+def test_pytest_says_it_compiles_the_kernels_before_it_waits_for_them(tmp_path):
+    import subprocess
+    import sys
+
+    def collected(**env) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "tests/test_docs.py"], cwd=Path(__file__).parent.parent, env=os.environ | env,
+                              check=False, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "memsim: compiling the kernels (first run, ~" in collected(NUMBA_CACHE_DIR=str(tmp_path / "cold"))
+    assert "compiling" not in collected(NUMBA_DISABLE_JIT="1")  # nothing compiles: nothing to say

@@ -44,7 +44,7 @@ def parse_catalog(path: Path, kind: str) -> dict[str, dict]:
     check = {"model": check_model, "gpu": check_gpu}[kind]
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: TOML's errors, and integers beyond Python's 4,300 digits
         raise UserError(f"{path}: cannot read catalog: {e}") from None
     owner = {}  # every lowercase name (key or alias) -> its key
     for key, entry in data.items():

@@ -28,6 +28,8 @@ def _read_json(path: Path) -> dict:
         raise UserError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise UserError(f"{path}: JSON nested too deeply to be a config.json") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300): no size is that large
+        raise UserError(f"{path}: a number too large to be a model size") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     return cfg

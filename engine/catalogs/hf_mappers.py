@@ -205,12 +205,15 @@ def _deepseek(r: _Reader) -> dict:
     n_experts = r.size("n_routed_experts", zero_ok=True)
     if n_experts == 0:
         return fields
+    dense = r.size("first_k_dense_replace", zero_ok=True)
+    if dense > fields["n_layers"]:
+        r.fail(f"first_k_dense_replace {dense} exceeds num_hidden_layers {fields['n_layers']}")
     return fields | {
         "n_experts": n_experts,
         "top_k": r.size("num_experts_per_tok"),
         "moe_d_ff": r.size("moe_intermediate_size"),
         "n_shared_experts": r.size("n_shared_experts", zero_ok=True),
-        "first_dense_layers": r.size("first_k_dense_replace", zero_ok=True),
+        "first_dense_layers": dense,
     }
 
 

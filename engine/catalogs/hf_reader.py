@@ -4,7 +4,10 @@ biases): engine/catalogs/hf_mappers.py builds each model type's fields from thes
 
 from pathlib import Path
 
+from engine.catalogs.schema import kv_heads_problem
 from engine.errors import UserError
+from engine.inputs.model_fields import MAX_DIM
+from engine.inputs.vocabulary import shown
 
 
 class _Reader:
@@ -29,9 +32,11 @@ class _Reader:
                 self.fail(f"missing key '{name}'")
             return 0 if default is None else default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"'{name}' must be an integer, got {value!r}")
+            self.fail(f"'{name}' must be an integer, got {shown(value)}")
         if value < 0 or (value == 0 and not zero_ok):
-            self.fail(f"'{name}' must be positive, got {value}")
+            self.fail(f"'{name}' must be positive, got {shown(value)}")
+        if value > MAX_DIM:  # the vocabulary's bound on every dim (engine/inputs/model_fields.py)
+            self.fail(f"'{name}' must be at most {MAX_DIM:,}, got {shown(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -39,7 +44,7 @@ class _Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            self.fail(f"'{self.where}{key}' must be true or false, got {value!r}")
+            self.fail(f"'{self.where}{key}' must be true or false, got {shown(value)}")
         return value
 
     def ints(self, key: str) -> list[int] | None:
@@ -48,7 +53,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            self.fail(f"'{self.where}{key}' must be a list of integers, got {value!r}")
+            self.fail(f"'{self.where}{key}' must be a list of integers, got {shown(value)}")
         return value
 
     def nested(self, key: str, defaults: dict) -> "_Reader":
@@ -75,7 +80,7 @@ def _attention(r: _Reader, head_dim_default: int = 0) -> dict:
     head_dim = r.size("head_dim", head_dim_default or h // a)
     if head_dim != h // a:  # Gemma (256), Qwen3-0.6B (128 with h / a = 64); Llama 3.2 writes h / a explicitly
         fields["head_dim"] = head_dim
-    if fields["n_heads"] % fields["n_kv_heads"]:
+    if kv_heads_problem(fields["n_heads"], fields["n_kv_heads"]):
         r.fail(f"num_attention_heads {a} is not a multiple of num_key_value_heads {fields['n_kv_heads']}")
     return fields
 

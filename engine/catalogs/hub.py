@@ -7,7 +7,9 @@ know is looked up where huggingface_hub keeps its downloads (its file_download.p
         models--<owner>--<name>/refs/main            the commit the main branch pointed to when downloaded
         models--<owner>--<name>/snapshots/<commit>/config.json
 
-Nothing is downloaded: without network access the cache is the only copy (HF_HUB_OFFLINE's behaviour).
+Nothing is downloaded: without network access the cache is the only copy (HF_HUB_OFFLINE's behaviour). Nothing
+outside the model's folder is read either: refs/main must name a snapshot (a commit hash, one path component) and
+the config.json found must lie in the folder (a snapshot's files link to its blobs/), whatever a ref or a link says.
 """
 
 import os
@@ -18,6 +20,8 @@ from engine.catalogs.hf_config import model_from_hf_config
 
 # owner/name as the Hub spells repository ids (huggingface_hub.utils.validate_repo_id): letters, digits, - _ .
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
+# what refs/main may name: a snapshot folder (huggingface_hub writes the commit's 40 hex digits), never a path
+SNAPSHOT = re.compile(r"[\w-][\w.-]{0,127}")
 
 
 def hub_cache_dir() -> Path:
@@ -44,14 +48,27 @@ def _repo_folder(cache: Path, repo_id: str) -> Path | None:
     return matches[0] if matches else None
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, its links followed, is a file within `folder` (a repository folder of the cache)."""
+    try:
+        return path.is_file() and path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop, an unreadable folder
+        return False
+
+
 def _snapshot_config(folder: Path) -> Path | None:
-    """config.json of the snapshot refs/main names, else of the most recently written snapshot that has one."""
+    """config.json of the snapshot refs/main names, else of the most recently written snapshot that has one; only
+    a file within `folder` (a ref of '../..' or a link out of the cache is ignored)."""
     ref = folder / "refs" / "main"
-    if ref.is_file():
-        config = folder / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
-        if config.is_file():
+    try:
+        commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        commit = ""
+    if SNAPSHOT.fullmatch(commit):
+        config = folder / "snapshots" / commit / "config.json"
+        if _inside(config, folder):
             return config
-    configs = [p for p in (folder / "snapshots").glob("*/config.json") if p.is_file()]
+    configs = [p for p in (folder / "snapshots").glob("*/config.json") if _inside(p, folder)]
     return max(configs, key=lambda p: p.stat().st_mtime) if configs else None
 
 

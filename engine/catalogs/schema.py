@@ -94,8 +94,19 @@ def check_model(where: str, entry: dict):
         raise UserError(f"{where}: give the dims (n_layers, d_model, n_heads, vocab) or n_params")
     if entry.get("exact_count") is False and not (entry.get("n_params") and entry.get("count_note")):
         raise UserError(f"{where}: exact_count = false needs n_params and a count_note saying why")
-    if dims and entry["n_heads"] % (entry.get("n_kv_heads") or entry["n_heads"]):
-        raise UserError(f"{where}: n_heads {entry['n_heads']} is not a multiple of n_kv_heads")
+    if dims and (problem := kv_heads_problem(entry["n_heads"], entry.get("n_kv_heads", 0))):
+        raise UserError(f"{where}: {problem}")
+    if entry.get("first_dense_layers", 0) > entry.get("n_layers", 0):
+        raise UserError(f"{where}: first_dense_layers {entry['first_dense_layers']} exceeds n_layers")
+
+
+def kv_heads_problem(n_heads: int, n_kv_heads: int) -> str | None:
+    """Why n_kv_heads key/value heads cannot serve n_heads query heads, or None (0 stands for n_heads). Grouped-query
+    attention shares each key/value head among a whole group of n_heads / n_kv_heads query heads (transformers'
+    repeat_kv): the one rule of a catalog entry, a config.json and dims given by hand (engine/configure/resolve.py)."""
+    if n_heads > 0 and n_kv_heads > 0 and (n_kv_heads > n_heads or n_heads % n_kv_heads):
+        return f"n_kv_heads {n_kv_heads} must divide n_heads {n_heads} (each key/value head serves a group of query heads)"
+    return None
 
 
 def check_gpu(where: str, entry: dict):

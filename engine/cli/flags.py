@@ -48,13 +48,19 @@ def size_bytes(name: str, text: str) -> str:
 
 
 def given_config(args: argparse.Namespace) -> dict:
-    """The inputs given on the command line, CONFIG.md name -> text (sizes with units as bytes)."""
+    """The inputs given on the command line, CONFIG.md name -> text (sizes with units as bytes). A flag given an
+    empty value (`--model ""`, an unset shell variable) is a mistake, never the default."""
     given = {f.name: getattr(args, f.name) for f in INPUT_FIELDS if getattr(args, f.name, None) is not None}
+    for name, value in [*given.items(), ("gpu_memory", getattr(args, "gpu_memory", None))]:
+        if value is not None and not str(value).strip():
+            raise UserError(f"{flag(name)} was given an empty value: give one, or leave the flag out for the default")
     for name in [n for n in given if n.endswith("_bytes")]:
         given[name] = size_bytes(flag(name), given[name])
     if getattr(args, "gpu_memory", None) is not None:
         if "capacity_bytes" in given:
             raise UserError("--gpu-memory and --capacity-bytes both set the GPU's memory: give one")
+        if not re.search(r"[a-z]\s*$", args.gpu_memory.lower()):  # 80 is not 80 bytes, nor surely 80 GB
+            raise UserError(f"--gpu-memory needs a unit: 80GB, 24GiB, 24576MiB (got {args.gpu_memory!r})")
         given["capacity_bytes"] = size_bytes("--gpu-memory", args.gpu_memory)
         if given["capacity_bytes"].strip() in ("0", ""):
             raise UserError(f"--gpu-memory must be more than 0, got {args.gpu_memory!r}")

@@ -13,6 +13,7 @@ import numpy as np
 from engine import DATA_DIR
 from engine.catalogs import catalog
 from engine.catalogs.recipes import preset_inputs
+from engine.catalogs.schema import kv_heads_problem
 from engine.errors import UserError
 from engine.inputs.model_fields import MODEL_FIELDS
 from engine.inputs.vocabulary import (
@@ -107,6 +108,7 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
         for k, v in model_fields(entry).items():
             rec[k] = v
         model_label = entry["model"]
+    named = {n: rec[n].item() for n in MODEL_FIELD_NAMES}  # the architecture the model's name stands for
     gpu_entry = catalog.resolve_gpu(str(given.get("gpu", INPUTS["gpu"].default)).strip())
     for k, v in gpu_attributes(gpu_entry).items():
         rec[k] = v
@@ -115,9 +117,13 @@ def resolve_case(case: dict) -> tuple[np.record, str, str]:
     for name, raw in given.items():
         if name not in ("model", "gpu", "recipe"):
             rec[name] = parse(name, raw)
+    if "n_params" not in given and any(rec[n] != v for n, v in named.items() if n != "n_params"):
+        rec.n_params = 0  # dims given over a named model: its published count is another model's; count these dims
     check_ranges(rec)
     rec.dp, rec.n_gpus = degrees(rec, layout_mode(given))  # a layout that does not divide becomes an invalid row
     normalize_model(rec)
+    if problem := kv_heads_problem(int(rec.n_heads), int(rec.n_kv_heads)):
+        raise UserError(problem)  # the rule a catalog entry and a config.json follow too
     return rec, model_label, gpu_entry["gpu"]
 
 

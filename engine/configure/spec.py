@@ -86,6 +86,8 @@ def load_spec(path: str | Path) -> Spec:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"sweep spec {path} is not valid TOML: {err}") from None
+    except ValueError:  # tomllib's int() of more digits than Python converts (4,300)
+        raise UserError(f"sweep spec {path} holds a number too large for any input") from None
     return parse_spec(doc, text)
 
 

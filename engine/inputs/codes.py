@@ -145,6 +145,7 @@ class Invalid(IntEnum):
     ZERO_ONE_REPLICA = 14  # no longer produced: on one replica zero_stage shards nothing and runs as stage 0
     TOO_LARGE = 15
     SEQ_POSITIONS = 16
+    DENSE_LAYERS = 17
 
 
 INVALID_REASONS = {
@@ -161,10 +162,11 @@ INVALID_REASONS = {
     Invalid.QUANT_FULL_TRAINING: "base_quant needs lora_rank > 0 or optimizer none (quantized weights cannot be trained)",
     Invalid.OFFLOAD_ZERO: "offload needs zero_stage >= 1 (optimizer_params needs zero_stage 3)",
     Invalid.TOP_K: "top_k exceeds n_experts",
-    Invalid.NO_DIMS: "model has n_params only: activations need n_layers, d_model, n_heads",
+    Invalid.NO_DIMS: "model has n_params only: the peak needs the dims (n_layers, d_model, n_heads, vocab)",
     Invalid.ZERO_ONE_REPLICA: "zero_stage > 0 with one data-parallel replica shards nothing: it is zero_stage 0",
     Invalid.TOO_LARGE: "its bytes exceed 2^62 (beyond any GPU, and beyond what a 64-bit count can hold)",
     Invalid.SEQ_POSITIONS: "seq_len exceeds the model's learned positions (n_positions)",
+    Invalid.DENSE_LAYERS: "first_dense_layers exceeds n_layers",
 }
 
 # The CONFIG.md strings of each categorical column, in code order.

@@ -13,6 +13,7 @@ What users write and read moves through the functions at the end of this module,
 
 import difflib
 import math
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +39,8 @@ METHOD_FIELDS = [
     Field("attention", codes.Attn, codes.Attn.FLASH, "whether the s^2 scores are kept"),
     Field("lora_rank", "int", 0, "0 = full training; > 0 = LoRA adapters of that rank", low=0, high=2**20),
     Field("lora_targets", codes.LoraTargets, codes.LoraTargets.ALL_LINEAR, "adapted linear layers"),
-    Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized"),
+    Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized (nf4: with double quantization, 4.127 bits; nf4_nodq: without, 4.5 bits)"),
+    Field("lora_dropout", "float", 0.0, "dropout on each LoRA adapter's input (peft and LitGPT lora_dropout): a 1-byte mask and a dropped copy per adapter", low=0.0, high=0.99),
     Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
     Field("paged", "bool", False, "paged optimizer (bitsandbytes): states may spill to host"),
     Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)", low=0.01, high=1024.0),
@@ -56,6 +58,8 @@ RECIPE_FIELDS = [
     Field("compile_loss", "bool", True, "with compile: torch.compile covers the loss and its fp32 upcast too (torchtitan's compile.components, the HF Trainer); false: the blocks only (torchtitan before 2025: loss_fn left uncompiled; torchtune's eager fp32 output layer)"),
     Field("zero_grad", codes.ZeroGrad, codes.ZeroGrad.NONE, "none: gradients freed after each step; zeros: kept allocated"),
     Field("loss_parallel", "bool", False, "with tp > 1: the loss runs on vocabulary shards (Megatron always; torchtitan); false: logits gathered (HF tp_plan)"),
+    Field("quant_saves_input", "bool", False, "bitsandbytes before 0.43.2: each quantized linear keeps its input on its autograd node (MatMul4Bit ctx.tensors = (A, B), bitsandbytes #1270) until the graph is freed"),
+    Field("outputs_held", "bool", False, "the training loop keeps the last micro-step's logits (and their autograd graph) until the next forward returns (LitGPT's finetune loops)"),
 ]
 
 LAYOUT_FIELDS = [
@@ -164,10 +168,18 @@ def parse(name: str, raw):
         return str(raw).strip()
     value = _parse_number(name, raw, int if field.kind == "int" else float)
     if field.low is not None and value < field.low:
-        raise UserError(f"{name} must be at least {field.low:g}, got {raw!r}")
+        raise UserError(f"{name} must be at least {field.low:g}, got {shown(raw)}")
     if field.high is not None and value > field.high:
-        raise UserError(f"{name} must be at most {field.high:g}, got {raw!r}")
+        raise UserError(f"{name} must be at most {field.high:g}, got {shown(raw)}")
     return value
+
+
+def shown(raw) -> str:
+    """A value as an error message quotes it: a long one (a 400-digit number) by its start and its length."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw.bit_length() > 64:
+        return f"an integer of about {int(raw.bit_length() * math.log10(2)) + 1} digits"  # str() stops at 4,300
+    text = repr(raw)
+    return text if len(text) <= 60 else f"{text[:24]}... ({len(text)} characters)"
 
 
 def _parse_choice(name: str, enum: type[IntEnum], raw) -> int:
@@ -189,20 +201,30 @@ def _parse_bool(name: str, raw) -> int:
     raise UserError(f"{name} must be true or false, got {raw!r}")
 
 
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+
+
 def _parse_number(name: str, raw, kind):
+    """A number from text or a TOML/JSON/CSV value; integers of any size exactly (the range check follows)."""
     if isinstance(raw, (bool, np.bool_)):
         raise UserError(f"{name} must be a number, got {raw!r}")
+    if isinstance(raw, (int, np.integer)) or (isinstance(raw, str) and _INTEGER.fullmatch(raw)):
+        try:
+            value = int(raw)
+            return value if kind is int else float(value)
+        except (ValueError, OverflowError):  # more digits than Python converts (4,300), or than a float holds
+            raise UserError(f"{name} is out of range, got {shown(raw)}") from None
     try:
-        value = float(raw) if not isinstance(raw, (int, np.integer)) else raw
+        value = float(raw)
     except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number, got {raw!r}") from None
+        raise UserError(f"{name} must be a number, got {shown(raw)}") from None
     if not math.isfinite(value):
-        raise UserError(f"{name} must be a finite number, got {raw!r}")
+        raise UserError(f"{name} must be a finite number, got {shown(raw)}")
     if kind is int:
         if value != int(value):
-            raise UserError(f"{name} must be an integer, got {raw!r}")
+            raise UserError(f"{name} must be an integer, got {shown(raw)}")
         return int(value)
-    return float(value)
+    return value
 
 
 def spell(name: str, value):

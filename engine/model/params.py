@@ -13,8 +13,9 @@ from engine.model.common import formula
 
 @formula
 def head_dim(c):
-    """Per-head size d: explicit (Gemma: 256, DeepSeek MLA: qk_nope) or h / a."""
-    return c.head_dim if c.head_dim > 0 else c.d_model // c.n_heads
+    """Per-head size d: explicit (Gemma: 256, DeepSeek MLA: qk_nope) or h / a (0 for a model known by n_params
+    alone: its rows are invalid, validity.NO_DIMS, but every term is still evaluated)."""
+    return c.head_dim if c.head_dim > 0 else c.d_model // max(c.n_heads, 1)
 
 
 @formula
@@ -94,7 +95,7 @@ def n_moe_layers(c):
     if not is_moe(c):
         return 0
     s = max(c.moe_layer_step, 1)
-    return c.n_layers // s - c.first_dense_layers // s
+    return max(0, c.n_layers // s - c.first_dense_layers // s)  # more dense layers than layers: an invalid row
 
 
 @formula

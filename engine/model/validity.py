@@ -80,14 +80,17 @@ def layout_reason(c):
         c.offload == Offload.OPTIMIZER_PARAMS and c.zero_stage < 3
     ):
         return Invalid.OFFLOAD_ZERO
-    if not has_dims(c):
-        return Invalid.OK if c.tp == 1 and c.pp == 1 else Invalid.NO_DIMS
+    if not has_dims(c):  # n_params alone gives the states, never the peak: no row answers without it
+        return Invalid.NO_DIMS
     return model_layout_reason(c)
 
 
 @formula
 def model_layout_reason(c):
-    """Rules that need the model's dims: heads over TP, layers over PP stages, experts over EP."""
+    """Rules that need the model's dims: heads over TP, layers over PP stages, experts over EP; and no more
+    leading dense layers than layers (DeepSeek's first_k_dense_replace: params.n_moe_layers would go negative)."""
+    if c.first_dense_layers > c.n_layers:
+        return Invalid.DENSE_LAYERS
     if c.n_heads % c.tp != 0:
         return Invalid.TP_HEADS
     if kv_heads(c) % c.tp != 0:
