@@ -18,4 +18,4 @@ f d_ff, V vocab, L n_layers, E n_experts, k top_k, t tp, p pp, c cp, e ep, N dp,
 import engine
 
 engine._configure_numba()  # numba's cache directory and threading layer, before the first njit(cache=True) below
-from engine.model.common import ceil_div, formula  # noqa: E402, F401
+from engine.model.common import ceil_div, formula  # noqa: F401

@@ -113,8 +113,35 @@ def stage_cast_bytes(c, r, rank):
 
 
 @formula
+def saved_cast_bytes(c, r, rank, last):
+    """The weight casts the matmuls saved for backward, alive until each layer's backward: every one without
+    recomputation; under full recomputation only the layers left unchecked keep theirs (a checkpointed layer's
+    forward saves nothing, and its recomputation casts again); none under selective_op; under activation_offload
+    only the head's (outside the offloading context: the decoder's went to host)."""
+    if c.activation_offload:
+        return head_cast_bytes(c) if last else 0
+    casts = stage_cast_bytes(c, r, rank)
+    if c.checkpointing == Ckpt.FULL:
+        layers = rank_layers(c, rank)
+        return ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
+    return 0 if c.checkpointing == Ckpt.SELECTIVE_OP else casts
+
+
+@formula
+def forward_cast_bytes(c, r, rank, last):
+    """The weight casts alive when forward ends. torch.autocast caches the cast of an fp32 leaf that requires grad
+    until autocast exits (aten/src/ATen/autocast_mode.cpp, cached_cast: arg.requires_grad() && arg.is_leaf()), so
+    a trained model keeps every cast through forward, recomputed layers' included. LoRA's frozen base is never
+    cached: its casts live only where a matmul saved them for backward (saved_cast_bytes), none in a checkpointed
+    layer (checked with torch 2.13: tests/test_frozen_base.py)."""
+    if c.lora_rank > 0:
+        return saved_cast_bytes(c, r, rank, last)
+    return stage_cast_bytes(c, r, rank)
+
+
+@formula
 def forward_temp_bytes(c, r, rank, last):
-    t = stage_cast_bytes(c, r, rank) + r.gather_bytes
+    t = forward_cast_bytes(c, r, rank, last) + r.gather_bytes
     if last:
         t += loss_forward_bytes(c) + head_gradient_bytes(c)
     return t
@@ -125,15 +152,7 @@ def backward_temp_bytes(c, r, rank, last):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
     plus what stays gathered and the kept weight casts."""
-    t = r.gather_bytes
-    casts = stage_cast_bytes(c, r, rank)
-    if c.activation_offload:  # the decoder's saved casts went to host; the head's (outside the context) stays
-        t += head_cast_bytes(c) if last else 0
-    elif c.checkpointing == Ckpt.FULL:  # recomputed layers cast their weights again; the others kept theirs
-        layers = rank_layers(c, rank)
-        t += ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
-    elif c.checkpointing != Ckpt.SELECTIVE_OP:
-        t += casts
+    t = r.gather_bytes + saved_cast_bytes(c, r, rank, last)  # autocast's cache is gone: only the saved casts
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
     compute = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes

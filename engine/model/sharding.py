@@ -13,14 +13,27 @@ MixedPrecisionPolicy, framework fsdp; fp32 under torch.autocast, framework pytor
 DeepSpeed ZeRO-3 (arXiv:1910.02054 sec. 5.3; stage3 prefetch buckets): the current and the prefetched block
 in the compute dtype, and one block's unsharded gradients before their reduce-scatter.
 
+A quantized LoRA base (QLoRA) is sharded and gathered in its packed storage (bitsandbytes' quant_storage, which
+is what lets FSDP and ZeRO-3 shard a 4-bit model: Answer.AI fsdp_qlora, PEFT's QLoRA + FSDP / ZeRO-3 guides), so a
+gathered block is its nf4 or int8 bytes, not a 16-bit copy; the embedding, norms and head beside it stay 16-bit
+(states.frozen_base_bytes). Under LoRA only the adapters have gradients to reduce-scatter.
+
 d = dp * cp, the ranks that share one copy of the states; P_blk one block's parameters, P_root the rest.
 """
 
 from engine.catalogs.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
 from engine.model.common import ceil_div, formula
-from engine.model.params import ffn_params, n_moe_layers
+from engine.model.params import ffn_params, lora_params_per_layer, n_moe_layers
 from engine.model.split import layers_per_stage
-from engine.model.states import compute_bytes, grad_bytes_per_param, is_amp, trains, weight_bytes_per_param
+from engine.model.states import (
+    compute_bytes,
+    grad_bytes_per_param,
+    is_amp,
+    quantized_base,
+    quantized_linear_bytes,
+    trains,
+    weight_bytes_per_param,
+)
 
 
 @formula
@@ -41,6 +54,27 @@ def gathered_param_bytes(c):
     if is_amp(c) and not FRAMEWORK_AUTOCAST_CACHE[c.framework]:
         return compute_bytes(c)
     return weight_bytes_per_param(c)
+
+
+@formula
+def gathered_block_bytes(c, n):
+    """n parameters of decoder blocks, gathered: a quantized LoRA base in its packed storage, else each in the
+    gathered dtype (gathered_param_bytes)."""
+    return quantized_linear_bytes(c, n) if quantized_base(c) else gathered_param_bytes(c) * n
+
+
+@formula
+def gathered_root_bytes(c, n):
+    """n parameters of the root group (embedding, final norm, head), gathered: 16-bit beside a quantized base."""
+    return 2 * n if quantized_base(c) else gathered_param_bytes(c) * n
+
+
+@formula
+def block_trainable_params(c, block_params, trainable_params):
+    """The parameters of one block that have gradients: its LoRA adapters, or the whole block."""
+    if c.lora_rank > 0:
+        return min(trainable_params, ceil_div(lora_params_per_layer(c), c.tp))
+    return min(block_params, trainable_params)
 
 
 @formula
@@ -84,17 +118,19 @@ def gathered_bytes(c, params, block_params):
     """Gathered from the end of forward through backward: FSDP's root (FULL_SHARD) or whole model
     (SHARD_GRAD_OP); DeepSpeed's current and prefetched block."""
     if fsdp(c):
-        held = root_params(c, params, block_params) if c.zero_stage == 3 else params
-        return gathered_param_bytes(c) * held
+        root = root_params(c, params, block_params)
+        if c.zero_stage == 3:
+            return gathered_root_bytes(c, root)
+        return gathered_root_bytes(c, root) + gathered_block_bytes(c, params - root)
     if deepspeed_zero3(c):
-        return 2 * compute_bytes(c) * block_params
+        return 2 * (gathered_block_bytes(c, block_params) if quantized_base(c) else compute_bytes(c) * block_params)
     return 0
 
 
 @formula
 def prefetch_bytes(c, block_params):
     """FSDP FULL_SHARD's backward prefetch: one block in flight at the loss, two during a block's backward."""
-    return gathered_param_bytes(c) * block_params if fsdp(c) and c.zero_stage == 3 else 0
+    return gathered_block_bytes(c, block_params) if fsdp(c) and c.zero_stage == 3 else 0
 
 
 @formula
@@ -103,7 +139,7 @@ def reduce_scatter_bytes(c, block_params, trainable_params):
     output; DeepSpeed ZeRO-3's unsharded block gradients."""
     if not trains(c):
         return 0
-    n = min(block_params, trainable_params)
+    n = block_trainable_params(c, block_params, trainable_params)
     if fsdp(c):
         # The experts reduce over the dp·cp/ep ranks that hold them; with one (ep = dp) transformers still copies
         # their gradients to fp32 and divides them out of place: two full copies (PARALLEL.md, moe_ep).
@@ -127,12 +163,15 @@ def end_of_backward_bytes(c, params, block_params, trainable_params):
         return gathered_bytes(c, params, block_params) + reduce_scatter_bytes(c, block_params, trainable_params)
     pb = gathered_param_bytes(c)
     root = root_params(c, params, block_params)
+    gathered = gathered_root_bytes(c, root)
     if not trains(c):
-        return pb * root
+        return gathered
+    block_rs = reduce_bytes_per_param(c) * block_trainable_params(c, block_params, trainable_params)
+    if c.lora_rank > 0:  # the root is frozen: no gradient of its own
+        return gathered + block_rs
     vh = c.vocab * c.d_model
     replicated = pb * (vh - ceil_div(vh, c.tp)) if FRAMEWORK_DTENSOR_TP[c.framework] else 0
-    block_rs = reduce_bytes_per_param(c) * min(block_params, trainable_params)
-    return 2 * pb * root + replicated + block_rs
+    return 2 * gathered + replicated + block_rs
 
 
 @formula
@@ -141,4 +180,4 @@ def next_group_gather_bytes(c, r):
     transformers' plan (expert parallelism) the embedding, gathered for its own backward."""
     if c.ep == 1:
         return r.gather_bytes
-    return gathered_param_bytes(c) * ceil_div(c.vocab * c.d_model, c.tp)
+    return gathered_root_bytes(c, ceil_div(c.vocab * c.d_model, c.tp))

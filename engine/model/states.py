@@ -185,9 +185,19 @@ def frozen_base_bytes(c):
     if c.base_quant == Quant.NONE:
         return sharded(c, weight_bytes_per_param(c) * n, weight_shard_stage(c), False)
     unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings else 2), c.tp * c.pp)
-    linear = max(0, n - unquantized)
-    q = quantized_bytes(linear) if c.base_quant == Quant.NF4 else linear
-    return sharded(c, q + 2 * unquantized, weight_shard_stage(c), False)
+    return sharded(c, quantized_linear_bytes(c, max(0, n - unquantized)) + 2 * unquantized, weight_shard_stage(c), False)
+
+
+@formula
+def quantized_linear_bytes(c, n):
+    """n linear weights of a quantized frozen base as stored: NF4 (quantized_bytes) or one byte each (int8)."""
+    return quantized_bytes(n) if c.base_quant == Quant.NF4 else n
+
+
+@formula
+def quantized_base(c):
+    """LoRA over a base quantized by bitsandbytes (QLoRA: nf4; LLM.int8: int8)."""
+    return c.lora_rank > 0 and c.base_quant != Quant.NONE
 
 
 @formula

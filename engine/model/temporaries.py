@@ -67,7 +67,9 @@ def tied_gradient_sum_bytes(c):
 @formula
 def autocast_cache_bytes(c, params):
     """torch.autocast casts each fp32 weight to 16 bits once per forward and matmul saves the copy:
-    2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py)."""
+    2 bytes per matrix parameter, alive from forward until that layer's backward (torch/amp/autocast_mode.py).
+    All of them are alive when forward ends only where autocast's cache holds them, for weights that require
+    grad; LoRA's frozen base keeps only the casts its matmuls saved (peak.forward_cast_bytes)."""
     if not FRAMEWORK_AUTOCAST_CACHE[c.framework] or not is_amp(c):
         return 0
     if c.precision == Precision.FP8:  # torchao casts its converted linears to fp8 per call; the head stays bf16
