@@ -1,17 +1,19 @@
 """memsim works installed, not only from its checkout: the catalogs (data/) and the queries (queries/) ship in the
 wheel as engine._data and engine._queries, and engine.DATA_DIR / QUERIES_DIR find them through importlib.resources.
 
-The slow tests build the wheel from a copy of the repository's build inputs, install it in a fresh venv (with the
-system's site-packages for the heavy dependencies), and run memsim from a directory outside the repository; an
-editable install in another fresh venv must find the same files through importlib.resources too.
+The slow tests build the wheel from a copy of the repository's build inputs, install it in a fresh venv (that sees
+the test interpreter's packages for the heavy dependencies), and run memsim from a directory outside the repository;
+an editable install in another fresh venv must find the same files through importlib.resources too.
 """
 
 import importlib.metadata
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -97,9 +99,25 @@ def build_isolation() -> list[str]:
     return ["--no-build-isolation"] if version >= (70, 1) else []
 
 
+def our_site_folders() -> list[str]:
+    """Where this interpreter finds its packages: its venv's site-packages, or the system's (and the user's)."""
+    folders = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    return [f for f in dict.fromkeys(folders) if Path(f).is_dir()]
+
+
 def fresh_venv(path: Path) -> Path:
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", path], cwd=path.parent)
-    return path / "bin" / "python"
+    """A new venv that sees this interpreter's packages (numba, polars, ..., the setuptools that builds) after its
+    own, whether the tests run in a venv or in the system's Python. (`-m venv --system-site-packages` run from a
+    venv gives the base interpreter's site-packages instead: no numba, an old setuptools.) The folders go in as
+    plain paths of a .pth file, so their own .pth files stay unread: an editable memsim installed there (this
+    checkout's) never shadows the one under test."""
+    run([sys.executable, "-m", "venv", "--without-pip", path], cwd=path.parent)
+    python = path / "bin" / "python"
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], path.parent).stdout
+    Path(purelib.strip(), "_test_interpreter_site.pth").write_text("\n".join(our_site_folders()) + "\n")
+    return python
 
 
 def clean_env(cache: Path) -> dict:
@@ -185,3 +203,12 @@ def test_ci_runs_the_readme_test_command():
     in_readme = readme[next(i for i, line in enumerate(readme) if line.startswith("# 2. run the tests")) + 1]
     in_ci = ci[ci.index("# --- the README's test command, verbatim ---") + 1]
     assert in_ci == in_readme and in_readme.endswith("python -m pytest")
+
+
+def test_ci_runs_it_in_a_fresh_venv():
+    # what the machine's own Python has installed (scipy, torchao) must never stand in for pyproject's extras
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    command = ci.index("# --- the README's test command, verbatim ---")
+    made = next(i for i, line in enumerate(ci) if " -m venv " in line and "--system-site-packages" not in line)
+    entered = next(i for i, line in enumerate(ci) if line.startswith(". ") and line.endswith('/bin/activate"'))
+    assert made < entered < command
