@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_sweep import spec, toml  # noqa: E402
-from tests.s3_server import start_s3_server  # noqa: E402
+from bench_sweep import spec, toml
+
+from tests.s3_server import start_s3_server
 
 CHILD = """
 import json, resource, sys, time
@@ -108,8 +109,8 @@ def main() -> None:
                     print(line(where, pair[where]) + f"  {pair[where]['bytes'] / 2**20:7.1f} MiB written"
                           + (f"  S3 server CPU {pair[where]['server_cpu_s']:.2f} s" if where == "bucket" else ""))
                 ratios.append(pair["bucket"]["wall_s"] / pair["local"]["wall_s"])
-                for where in runs:
-                    runs[where].append(pair[where])
+                for where, result in pair.items():
+                    runs[where].append(result)
                 print(f"pair {k}: bucket / local = {ratios[-1]:.2f}x")
             configs = runs["local"][0]["configs"]
             print(f"\n{configs:,} configurations, {args.pairs} pairs, SDK checksums {args.sdk_checksums}")
