@@ -71,7 +71,8 @@ class LoraTargets(IntEnum):
 class Quant(IntEnum):
     NONE = 0
     INT8 = 1
-    NF4 = 2
+    NF4 = 2  # NF4 with double quantization (QLoRA's; bitsandbytes compress_statistics=True): 4.127 bits
+    NF4_NODQ = 3  # NF4, one fp32 absmax per 64 weights (compress_statistics=False; LitGPT bnb.nf4): 4.5 bits
 
 
 class Offload(IntEnum):

@@ -44,8 +44,9 @@ FP8_CAST_BYTES = 5.0
 LOSS_PRODUCED_BYTES = 22.0
 FUSED_KERNEL_LOSS_PRODUCED_BYTES = 12.0
 FUSED_LINEAR_LOSS_PRODUCED_BYTES = 4.0
-# Bytes per weight of a quantized LoRA base as bitsandbytes stores it, by Quant code (int8: 1; nf4: 4 bits).
-QUANT_BYTES = np.array([0.0, 1.0, 0.5])
+# Bytes per weight of a quantized LoRA base as bitsandbytes stores it, by Quant code (int8: 1; nf4: 4 bits, with
+# and without double quantization).
+QUANT_BYTES = np.array([0.0, 1.0, 0.5, 0.5])
 
 
 @formula

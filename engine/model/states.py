@@ -189,9 +189,20 @@ def frozen_base_bytes(c):
 
 
 @formula
+def nf4_nodq_bytes(n):
+    """NF4 without double quantization: n/2 + one fp32 absmax per 64 weights, 4.5 bits per parameter
+    (bitsandbytes quantize_4bit with compress_statistics=False: transformers' BitsAndBytesConfig default,
+    LitGPT's --quantize bnb.nf4; measured: data/measured/qlora.csv, the nf4_nodq rows)."""
+    return ceil_div(n, 2) + 4 * ceil_div(n, 64)
+
+
+@formula
 def quantized_linear_bytes(c, n):
-    """n linear weights of a quantized frozen base as stored: NF4 (quantized_bytes) or one byte each (int8)."""
-    return quantized_bytes(n) if c.base_quant == Quant.NF4 else n
+    """n linear weights of a quantized frozen base as stored: NF4 with double quantization (quantized_bytes),
+    NF4 without (nf4_nodq_bytes), or one byte each (int8)."""
+    if c.base_quant == Quant.NF4:
+        return quantized_bytes(n)
+    return nf4_nodq_bytes(n) if c.base_quant == Quant.NF4_NODQ else n
 
 
 @formula
