@@ -40,7 +40,8 @@ from engine.inputs.vocabulary import GPU_ATTRIBUTES, INPUT_FIELDS, sql_literal
 
 FOOTER_THREADS = 8  # parts whose marker and footer are checked at once (object stores have latency)
 PARTS_VIEW = "sweep_parts"  # the Arrow dataset of the complete parts, as DuckDB sees it
-READ_FAILED = re.compile(rf"reading the stream registered as '{PARTS_VIEW}' failed|CRC checksum|[Cc]orrupt")
+LOCATE_BYTES = 8 << 30  # parts hashed to name the damaged one after a failed read; verify does it for more
+READ_FAILED = re.compile(rf"reading the stream registered as '{PARTS_VIEW}' failed|CRC checksum verification failed")
 
 
 @dataclass
@@ -175,9 +176,11 @@ def refusing_damage(parts: "SweepParts | None"):
 
 
 def damaged(parts: SweepParts, error: str) -> UserError:
-    """Which part is damaged, found by hashing the parts whose markers carry a SHA-256 (only after a read failed)."""
+    """Which part is damaged, found by hashing the parts whose markers carry a SHA-256 (only after a read failed,
+    and only up to LOCATE_BYTES of them: beyond that, memsim verify finds it)."""
     n = parts.n_shards
-    for k, marker in sorted(parts.markers.items()):
+    total = sum(m.get("bytes", 0) for m in parts.markers.values() if isinstance(m.get("bytes"), int))
+    for k, marker in sorted(parts.markers.items()) if total <= LOCATE_BYTES else ():
         path = parts.place.path(part_name(k, n))
         try:
             check_whole(parts.place.fs, path, marker)
@@ -185,7 +188,8 @@ def damaged(parts: SweepParts, error: str) -> UserError:
             return UserError(f"{parts.place.shown(part_name(k, n))} is damaged ({why}): nothing was answered; re-run "
                              f"shard {k}/{n} (`memsim verify {parts.root}` prints the command)")
     detail = error.split("failed: ", 1)[-1][:200]
-    return UserError(f"a part of {parts.root} could not be read ({detail}); run `memsim verify {parts.root}`")
+    return UserError(f"a part of {parts.root} could not be read ({detail}): nothing was answered; "
+                     f"`memsim verify {parts.root}` names the damaged part and the shard to re-run")
 
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
