@@ -12,6 +12,9 @@
 --          time_rank and the fastest layout for $tokens (fast_layout, fast_n_gpus, fast_days, fast_usd);
 --          price_source, price_date (the catalog's price and when it was read).
 --          GPUs without a catalog price come last by $, with NULL cost columns and ranks; time ranks them all.
+--          Cost and time come from layouts whose pipeline is filled (pp = 1 or grad_accum >= pp); a pipeline with
+--          fewer micro-batches than stages is mostly bubble (arXiv:2104.04473 sec. 2.2). "Cheapest" by cost_rank is
+--          the fewest dollars to train $tokens; price_rank is the smallest fleet's $/h, which is not the same.
 --          Time and cost are memsim's step-time model (engine/model/time.py; `memsim validate --set throughput`).
 WITH checked AS (
     SELECT CASE WHEN $rank_by IN ('usd_per_hour', 'cost', 'time') THEN $rank_by
@@ -21,6 +24,7 @@ fitting AS (
     SELECT
         *,
         $tokens / (tokens_per_gpu_s * n_gpus) / 86400                       AS days,
+        pp = 1 OR grad_accum >= pp                                          AS filled,
         concat_ws(' ', n_gpus || ' GPUs', 'tp ' || tp, 'pp ' || pp, 'cp ' || cp, 'ZeRO-' || zero_stage,
                   'micro-batch ' || micro_batch, 'grad_accum ' || grad_accum, checkpointing) AS layout
     FROM sweep
@@ -32,15 +36,16 @@ fleets AS (
     SELECT
         model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
         min(n_gpus)                                                         AS min_gpus,
-        -- the fewest $ per million tokens (ties: fewer GPUs, then sweep order), and the fastest fleet
-        min(cost_per_mtok)                                                  AS usd_per_mtok,
-        arg_min(layout, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL) AS cost_layout,
-        arg_min(n_gpus, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL) AS cost_n_gpus,
-        arg_min(days, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL)   AS cost_days,
-        min(days)                                                           AS fast_days,
-        arg_min(layout, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL) AS fast_layout,
-        arg_min(n_gpus, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL) AS fast_n_gpus,
-        arg_min(cost_per_mtok, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL) AS fast_usd_per_mtok
+        -- the fewest $ per million tokens (ties: fewer GPUs, then sweep order), and the fastest fleet, each of the
+        -- layouts whose pipeline is filled (at least as many micro-batches as stages)
+        min(cost_per_mtok) FILTER (WHERE filled)                            AS usd_per_mtok,
+        arg_min(layout, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL AND filled) AS cost_layout,
+        arg_min(n_gpus, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL AND filled) AS cost_n_gpus,
+        arg_min(days, (cost_per_mtok, n_gpus, index)) FILTER (WHERE cost_per_mtok IS NOT NULL AND filled)   AS cost_days,
+        min(days) FILTER (WHERE filled)                                     AS fast_days,
+        arg_min(layout, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL AND filled) AS fast_layout,
+        arg_min(n_gpus, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL AND filled) AS fast_n_gpus,
+        arg_min(cost_per_mtok, (days, n_gpus, index)) FILTER (WHERE days IS NOT NULL AND filled) AS fast_usd_per_mtok
     FROM fitting
     GROUP BY ALL
 ),

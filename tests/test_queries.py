@@ -415,6 +415,12 @@ def cluster(frame: pl.DataFrame) -> pl.DataFrame:
                              usd=pl.col("cost_per_mtok") * TOKENS / 1e6)
 
 
+def filled(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose pipeline runs at least as many micro-batches as it has stages (the tiny sweep accumulates none)."""
+    accum = pl.col("grad_accum") if "grad_accum" in frame.columns else pl.lit(1)
+    return frame.filter((pl.col("pp") == 1) | (accum >= pl.col("pp")))
+
+
 def pareto(rows: list[dict]) -> set:
     """(gpu, n_gpus) of the priced rows that no other priced row beats on days and cost, one of them strictly."""
     priced = [r for r in rows if r["usd"] is not None]
@@ -424,7 +430,7 @@ def pareto(rows: list[dict]) -> set:
 
 
 def test_cheapest_fleet_costs_the_fewest_dollars_per_million_tokens_of_each_gpu(sweep_con, sweep_frame):
-    rows = cluster(sweep_frame).filter(pl.col("model") == "llama-3.1-8b")
+    rows = filled(cluster(sweep_frame)).filter(pl.col("model") == "llama-3.1-8b")
     want = rows.group_by("method", "gpu").agg(pl.col("cost_per_mtok").min()).drop_nulls()
     got = run(sweep_con, "cheapest_fleet", model="llama-3.1-8b").filter(pl.col("usd_per_mtok").is_not_null())
     assert as_map(got, ["method", "gpu"], "usd_per_mtok") == pytest.approx(as_map(want, ["method", "gpu"], "cost_per_mtok"))
@@ -439,7 +445,7 @@ def test_cheapest_fleet_cost_rank_orders_gpus_by_dollars_per_million_tokens(swee
 
 
 def test_cheapest_fleet_time_is_the_fastest_fleet_for_the_tokens(sweep_con, sweep_frame):
-    rows = cluster(sweep_frame).filter(pl.col("model") == "qwen2.5-14b")
+    rows = filled(cluster(sweep_frame)).filter(pl.col("model") == "qwen2.5-14b")
     want = rows.group_by("method", "gpu").agg(pl.col("days").min())
     got = run(sweep_con, "cheapest_fleet", model="qwen2.5-14b").filter(pl.col("fast_days").is_not_null())
     assert as_map(got, ["method", "gpu"], "fast_days") == pytest.approx(as_map(want, ["method", "gpu"], "days"))
@@ -485,13 +491,32 @@ def test_time_to_train_frontier_is_the_fleets_no_other_beats_on_both(sweep_con):
 
 def test_report_cost_frontier_is_the_priced_frontier_of_the_method(sweep_con, sweep_frame):
     method = BASE_METHOD
-    rows = cluster(sweep_frame).filter((pl.col("method") == method) & pl.col("cost_per_mtok").is_not_null())
+    rows = filled(cluster(sweep_frame)).filter((pl.col("method") == method) & pl.col("cost_per_mtok").is_not_null())
     got = run(sweep_con, "report_cost_frontier", method=method)
     for (model,), group in rows.group_by("model"):
         best = group.group_by("gpu", "n_gpus").agg(pl.col("days").min(), pl.col("usd").min()).to_dicts()
-        drawn = got.filter(pl.col("model") == model)
+        drawn = got.filter((pl.col("model") == model) & pl.col("drawn"))
         assert {(r["gpu"], r["n_gpus"]) for r in drawn.iter_rows(named=True) if r["on_frontier"]} == pareto(best)
         assert drawn.height == len(best)
+
+
+def test_report_cost_frontier_says_why_a_fleet_that_fits_has_no_point(sweep_con, sweep_frame):
+    # issue #22: a GPU type without a price, or fleets where only unfilled pipelines fit, are named, not dropped
+    got = run(sweep_con, "report_cost_frontier", method=BASE_METHOD)
+    fleets = with_method(fitting(sweep_frame)).filter(pl.col("method") == BASE_METHOD)
+    assert got.height == fleets.select("model", "gpu", "n_gpus").unique().height
+    left = got.filter(~pl.col("drawn"))
+    a10 = {n: why for n, why in left.filter(pl.col("gpu") == "a10").select("n_gpus", "why_not_drawn").iter_rows()}
+    assert a10 and left["why_not_drawn"].null_count() == 0
+    assert {a10[n] for n in a10 if n <= 4} <= {  # a10: 4-GPU nodes, no price, no network in the catalog
+        "no catalog price", "only pipelines with fewer micro-batches than stages fit (sweep grad_accum >= pp)"}
+    assert a10.get(8, "no network").startswith("no network bandwidth between its 4-GPU nodes")
+    assert got.filter(pl.col("drawn"))["why_not_drawn"].null_count() == got.filter(pl.col("drawn")).height
+    timed = fleets.filter(pl.col("tokens_per_gpu_s").is_not_null())
+    only_pipelines = timed.group_by("model", "gpu", "n_gpus").agg((pl.col("pp") == 1).any().alias("flat"))
+    for model, gpu, n in only_pipelines.filter(~pl.col("flat")).select("model", "gpu", "n_gpus").iter_rows():
+        row = got.filter((pl.col("model") == model) & (pl.col("gpu") == gpu) & (pl.col("n_gpus") == n)).row(0, named=True)
+        assert not row["drawn"] and "pipelines" in row["why_not_drawn"], (model, gpu, n)
 
 
 # --- parameter ranges (issue #23 item 3) ---------------------------------------------------------------------

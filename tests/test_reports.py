@@ -448,3 +448,22 @@ def test_report_exports_each_chart_beside_the_page(memsim, sweep_dir, tmp_path, 
 def test_report_command_refuses_a_directory_that_is_not_a_sweep(memsim, tmp_path):
     code, _, err = memsim("report", "--sweep", tmp_path, "-o", tmp_path / "r.html")
     assert code == 2 and "not a memsim sweep directory" in err
+
+
+# --- cost and time (issue #22 item 5) ---------------------------------------------------------------------------
+
+
+def test_cost_chart_draws_filled_layouts_and_names_what_has_no_point(tiny_report):
+    chart = section(tiny_report, reports.cost_frontier).chart
+    drawn = chart_rows(chart)
+    assert drawn and all(r["drawn"] for r in drawn)
+    assert all(r["layout"].split(" pp ")[1].startswith("1 ") or "grad_accum 1" not in r["layout"] for r in drawn)
+    subtitle = " ".join(chart.to_dict()["title"]["subtitle"])
+    assert "the fewest dollars to train 1T tokens (not the lowest $/h)" in subtitle
+    assert "No dot: a10 at" in subtitle and "no catalog price" in subtitle  # the unpriced GPU type, said
+
+
+def test_findings_name_the_cheapest_fleet_by_the_cost_of_the_tokens(tiny_report):
+    text = "\n".join(tiny_report.parts[0].findings)
+    assert "the cheapest to train 1T tokens is" in text and "cheapest priced fleet" not in text
+    assert "Fleets that fit but have no cost/time point: a10 at" in text

@@ -8,7 +8,7 @@ import pytest
 
 from engine.checks.throughput import calibration, comparison
 from engine.checks.throughput.rows import case_of, derivations, prepared, throughput_rows
-from engine.model.collectives import BUS_EFFICIENCY, group_bytes_per_s
+from engine.model.collectives import BUS_EFFICIENCY, PCIE_HOST_GPUS, group_bytes_per_s, nvlink_domain
 from engine.model.flops import attention_core_flops_per_token, matmul_passes, model_flops_per_token
 from engine.model.gpu_rates import Rates
 from engine.model.params import param_count
@@ -256,3 +256,14 @@ def test_sources_left_out_of_the_fit_are_predicted_about_as_well():
     loso = calibration.leave_one_source_out()
     held = [abs(e) for found in loso.values() for e in found["errors"].values()]
     assert sorted(held)[len(held) // 2] <= comparison.MEDIAN_TOL_PCT
+
+
+def test_desktop_cards_share_one_host_over_pcie():
+    # rtx-4090: one GPU per catalog node and no network link (issue #22: 2 x RTX 4090 had no time at all)
+    two = config(model="llama-3.2-1b", gpu="rtx-4090", n_gpus=2)
+    assert nvlink_domain(two) == PCIE_HOST_GPUS
+    assert group_bytes_per_s(two, 1, 2) == BUS_EFFICIENCY * two.intra_node_bytes_per_s
+    assert outputs(two)["tokens_per_gpu_s"] > 0
+    assert math.isnan(outputs(config(model="llama-3.2-1b", gpu="rtx-4090", n_gpus=16))["tokens_per_gpu_s"])
+    # a node of several GPUs with no network in the catalog (l40s) still has no time beyond it
+    assert math.isnan(outputs(config(model="llama-3.2-1b", gpu="l40s", n_gpus=16))["tokens_per_gpu_s"])

@@ -20,6 +20,7 @@ from engine.inputs.codes import (
     name_of,
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
+from engine.model.collectives import nvlink_domain
 from engine.model.kernel import evaluate
 from engine.model.levels import host_ram_per_gpu
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
@@ -232,9 +233,9 @@ def time_unknown_reason(rec, gpu: str) -> str:
         return f"the catalog gives no FLOP rate for {gpu} (bf16_tflops; --bf16-tflops gives one)"
     if rec.bandwidth_bytes_per_s <= 0:
         return f"the catalog gives no memory bandwidth for {gpu} (--bandwidth-bytes-per-s gives one)"
-    node = rec.nvlink_domain_gpus or rec.gpus_per_node
-    if rec.n_gpus > max(node, 1) and rec.inter_node_bytes_per_s <= 0:
-        return (f"the job spans {-(-rec.n_gpus // max(node, 1))} nodes of {max(node, 1)} x {gpu} and the catalog gives no "
+    node = int(nvlink_domain(rec))
+    if rec.n_gpus > node and rec.inter_node_bytes_per_s <= 0:
+        return (f"the job spans {-(-rec.n_gpus // node)} nodes of {node} x {gpu} and the catalog gives no "
                 "network bandwidth between them (inter_node_bytes_per_s; --inter-node-bytes-per-s gives one)")
     if rec.n_gpus > 1 and rec.intra_node_bytes_per_s <= 0:
         return f"the catalog gives no link bandwidth between {gpu}s (--intra-node-bytes-per-s gives one)"

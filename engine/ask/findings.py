@@ -4,6 +4,7 @@ import polars as pl
 
 from engine.ask.sections import Runner, of_method
 from reports import price_basis
+from reports.cost_frontier import not_drawn
 
 COMPONENT_WORDS = {"temp": "temporaries", "grads": "gradients", "optimizer": "optimizer states"}
 
@@ -85,13 +86,7 @@ def model_findings(run: Runner, method: str, max_n_gpus: int) -> list[str]:
         best = rows.row(0, named=True)
         gpus = rows.filter(pl.col("min_gpus") == best["min_gpus"])["gpu"].to_list()
         line = f"{m['model']} needs at least {best['min_gpus']:,} × {either(gpus)} (on {gpus[0]}: {layout_words(best)})"
-        cheap = fleets.filter((pl.col("model") == m["model"]) & (pl.col("price_rank") == 1))
-        if not cheap.is_empty():
-            c = cheap.row(0, named=True)
-            line += f"; the cheapest priced fleet is {c['min_gpus']:,} × {c['gpu']} at ${c['fleet_usd_per_hour']:,.2f}/h"
-            if c["nodes_usd_per_hour"] > c["fleet_usd_per_hour"] + 0.005:  # part of a node: it rents whole
-                line += (f" ({c['nodes']:,} whole {c['gpus_per_node']}-GPU node{'s' if c['nodes'] > 1 else ''}: "
-                         f"${c['nodes_usd_per_hour']:,.2f}/h)")
+        line += cheapest_words(fleets.filter(pl.col("model") == m["model"]))
         lines.append(line + ".")
     basis = price_basis(fleets.filter(pl.col("usd_per_gpu_hour").is_not_null()))
     if basis:
@@ -101,7 +96,29 @@ def model_findings(run: Runner, method: str, max_n_gpus: int) -> list[str]:
     unpriced = sorted(set(fleets.filter(pl.col("usd_per_gpu_hour").is_null())["gpu"].to_list()))
     if unpriced:
         lines.append(f"No catalog price for {', '.join(unpriced)}: fleets of these are left out of the cost ranking.")
+    left = not_drawn(run("report_cost_frontier", method=method))
+    if left:
+        lines.append(f"Fleets that fit but have no cost/time point: {'; '.join(left)}.")
     return lines
+
+
+def cheapest_words(fleets: pl.DataFrame) -> str:
+    """The fleet that trains the tokens for the fewest dollars, and the rent of the smallest fleet that fits: two
+    different things, both named for what they are."""
+    out = ""
+    cheap = fleets.filter(pl.col("cost_rank") == 1)
+    if not cheap.is_empty():
+        c = cheap.row(0, named=True)
+        out += (f"; the cheapest to train 1T tokens is {c['cost_n_gpus']:,} × {c['gpu']} (${c['cost_usd']:,.0f} "
+                f"over {c['cost_days']:,.0f} days, {c['cost_layout']})")
+    smallest = fleets.filter(pl.col("price_rank") == 1)
+    if not smallest.is_empty():
+        c = smallest.row(0, named=True)
+        out += f"; the smallest fleet that fits rents for the least: {c['min_gpus']:,} × {c['gpu']} at ${c['fleet_usd_per_hour']:,.2f}/h"
+        if c["nodes_usd_per_hour"] > c["fleet_usd_per_hour"] + 0.005:  # part of a node: it rents whole
+            out += (f" ({c['nodes']:,} whole {c['gpus_per_node']}-GPU node{'s' if c['nodes'] > 1 else ''}: "
+                    f"${c['nodes_usd_per_hour']:,.2f}/h)")
+    return out
 
 
 def bottleneck_finding(rows: pl.DataFrame) -> str:

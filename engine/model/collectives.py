@@ -38,6 +38,12 @@ from engine.model.states import compute_bytes, grad_bytes_per_param, trains
 # Achieved over nominal link bandwidth of large NCCL collectives: nccl-tests all_reduce bus bandwidth 230-250 GB/s
 # on 8 x A100 SXM (NVLink 3, 300 GB/s per direction), 400-450 GB/s across 8 x 400 Gb/s H100 nodes.
 BUS_EFFICIENCY = 0.8
+# A catalog node of one GPU without a network link is a desktop or workstation card (data/gpus.toml rtx-4090:
+# "single-GPU desktop"): a job on several runs them in one host, where PCIe servers hold up to eight double-width
+# cards, their collectives over each card's PCIe link (NCCL's P2P or, where the driver disables peer access as on
+# GeForce cards, its shared-memory transport through the host). Without this the 2 x RTX 4090 of a QLoRA fine-tune
+# had no time at all: its "other node" had no network in the catalog.
+PCIE_HOST_GPUS = 8
 
 
 # --- the bytes each collective moves ----------------------------------------------------------------------------
@@ -115,8 +121,13 @@ def dp_bytes(c, r):
 @formula
 def nvlink_domain(c):
     """GPUs that reach each other over the intra-node link: the catalog's NVLink domain (an NVL72 rack's 72),
-    else the node's GPUs."""
-    return max(c.nvlink_domain_gpus if c.nvlink_domain_gpus > 0 else c.gpus_per_node, 1)
+    else the node's GPUs; a desktop card (a catalog node of one GPU and no network link: rtx-4090) shares its host
+    with up to PCIE_HOST_GPUS others over PCIe, the intra-node link its catalog entry gives."""
+    if c.nvlink_domain_gpus > 0:
+        return c.nvlink_domain_gpus
+    if c.gpus_per_node <= 1 and c.inter_node_bytes_per_s <= 0:
+        return PCIE_HOST_GPUS
+    return max(c.gpus_per_node, 1)
 
 
 @formula
