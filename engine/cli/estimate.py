@@ -64,13 +64,12 @@ def write_table(table, output: str) -> None:
 
 def run(args) -> None:
     from engine.ask.estimate import estimate_table, read_cases
-    from engine.cli.first_run import say_if_compiling
-    from engine.model.kernel import fill_outputs
+    from engine.cli.first_run import show_notices
 
     output_path(args.output)  # a path that cannot be written is refused before any work
     output_format(args.output)
     refuse_overwriting_input(args.cases, args.output)
-    say_if_compiling(fill_outputs)
+    show_notices()  # a kernel about to compile says so (a few hundred rows run in Python and never do)
     table = estimate_table(read_cases(args.cases))
     write_table(table, args.output)
     fits = sum(1 for v in table.column("fits").to_pylist() if v)
