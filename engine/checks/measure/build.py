@@ -18,7 +18,8 @@ Mixture of experts (``n_experts`` > 0, swiglu + rmsnorm), by the fields that tel
 transformers runs the experts through ``grouped_mm_experts_forward`` (its default ``experts_implementation``).
 
 The caller builds under ``FakeTensorMode`` (no memory, no compute); the same code builds real
-tensors for the CPU and CUDA checks. LoRA adapters come from peft (``get_peft_model``).
+tensors for the CPU and CUDA checks. LoRA adapters come from peft (``get_peft_model``); a quantized base
+(``base_quant``) is bitsandbytes' Linear4bit in the decoder blocks (quantized.py).
 """
 
 from __future__ import annotations
@@ -185,6 +186,10 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
             torch.set_default_dtype(old)
         if c["checkpointing"] == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if c.get("base_quant", "none") != "none":
+            from engine.checks.measure.quantized import replace_linears
+
+            replace_linears(model, transformer_blocks(model), c, dtype)
         if c["lora_rank"] > 0:
             model = _add_lora(model, c, arch)
     except UserError:
@@ -200,7 +205,7 @@ def _add_lora(model: torch.nn.Module, c: dict, arch: str) -> torch.nn.Module:
     """Wrap ``model`` with peft LoRA adapters of rank ``lora_rank`` on ``lora_targets``; base frozen."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=c["lora_rank"], lora_alpha=2 * c["lora_rank"], lora_dropout=0.0, bias="none",
+    cfg = LoraConfig(r=c["lora_rank"], lora_alpha=2 * c["lora_rank"], lora_dropout=c.get("lora_dropout", 0.0), bias="none",
                      target_modules=LORA_TARGETS[arch][c["lora_targets"]], fan_in_fan_out=arch == "gpt2")
     return get_peft_model(model, cfg)
 

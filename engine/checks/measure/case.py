@@ -32,8 +32,9 @@ INTS = tuple(f.name for f in INPUT_FIELDS if f.kind == "int")
 BOOLS = tuple(f.name for f in INPUT_FIELDS if f.kind == "bool")
 FLOATS = tuple(f.name for f in INPUT_FIELDS if f.kind == "float")
 # What no path of the harness measures yet (each needs code that runs it: a library or a kernel).
-# precision='fp8' runs torchao's Float8Linear (recipes.check says when it cannot).
-NOT_MEASURED = {"optimizer": ("adamw_8bit", "lion"), "base_quant": ("int8", "nf4"),
+# precision='fp8' runs torchao's Float8Linear (recipes.check says when it cannot); base_quant nf4 / nf4_nodq runs
+# bitsandbytes' Linear4bit (quantized.check).
+NOT_MEASURED = {"optimizer": ("adamw_8bit", "lion"), "base_quant": ("int8",),
                 "framework": ("deepspeed", "megatron")}
 
 
@@ -105,7 +106,7 @@ def implementation(c: dict) -> dict:
 
 def _check(c: dict) -> None:
     """UserError for an unknown value or an option no path of the harness measures."""
-    from engine.checks.measure import parallel, recipes
+    from engine.checks.measure import parallel, quantized, recipes
 
     for k, allowed in CHOICES.items():
         if k in c and c[k] not in allowed:
@@ -122,3 +123,4 @@ def _check(c: dict) -> None:
         raise UserError(f"n_kv_heads={c['n_kv_heads']} must divide n_heads={c['n_heads']}")
     parallel.check(c)
     recipes.check(c)
+    quantized.check(c)

@@ -81,8 +81,8 @@ def check(c: dict) -> None:
             raise UserError(f"{k}={c[k]!r} is measured on one GPU only; multi-GPU layouts run {k}={v!r}")
     if c["checkpointing"] not in ("none", "full"):
         raise UserError("multi-GPU layouts are measured with checkpointing 'none' or 'full'")
-    if c["lora_rank"]:
-        raise UserError("LoRA is measured on one GPU only (lora_rank must be 0 with a parallel layout or experts)")
+    if c["lora_rank"] and (c["tp"] > 1 or c["pp"] > 1 or c["cp"] > 1 or c["ep"] > 1 or c["n_experts"]):
+        raise UserError("LoRA is measured on one GPU or data parallel (DDP, FSDP2), not with tp, pp, cp or experts")
     if c["precision"] not in ("fp32", "bf16", "amp_bf16"):
         raise UserError(f"precision={c['precision']!r}: multi-GPU layouts are measured in fp32, bf16 or amp_bf16")
     _check_layout(c, h)

@@ -12,7 +12,7 @@ from contextlib import ExitStack, nullcontext
 
 import torch
 
-from engine.checks.measure import recipes
+from engine.checks.measure import quantized, recipes
 from engine.checks.measure.buffer_tags import tagging
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
@@ -106,6 +106,7 @@ def run_rank(c: dict) -> Run:
         stack.enter_context(cuda_semantics(c["attention"]))
         stack.enter_context(unpacked_sequences())
         stack.enter_context(recipes.step_context(c))
+        stack.enter_context(quantized.lora_semantics(c))
         schedule, stages, cp_mesh = None, [], None
         if c["pp"] > 1:
             stack.enter_context(pp.static_vote())
@@ -117,6 +118,8 @@ def run_rank(c: dict) -> Run:
             stack.enter_context(pp.chunk_phases(stages, lb))
         else:
             _materialize(model)
+            if c["base_quant"] != "none":
+                quantized.quantize(model)
             model.tie_weights()
             model = recipes.wrap_model(model, c)
             call, cp_mesh = _distribute(model, c, lb)

@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import torch
 
-from engine.checks.measure import breakdown, recipes
+from engine.checks.measure import breakdown, quantized, recipes
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import (
     cpu_semantics,
@@ -44,6 +44,8 @@ def prepare(c: dict, device: str = "cpu", fake_mode=None):
             model = build_model(c, dtype)
         with fake_mode:
             model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+            if c["base_quant"] != "none":
+                quantized.quantize(model)
         getattr(model, "get_base_model", lambda: model)().tie_weights()
     model = recipes.wrap_model(model, c)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -59,6 +61,8 @@ def run_logged(c: dict, device: str = "fake") -> tuple[LiveBytes, dict[str, set[
     if device != "fake" and c["attention"] == "flash" and c["dropout"] > 0:
         raise UserError(f"CPU's flash kernel has no dropout: measure attention='flash' with dropout "
                         f"{c['dropout']} on device='fake' (CUDA semantics)")
+    if device != "fake" and c["base_quant"] != "none":
+        raise UserError("a quantized base (bitsandbytes) is measured on device='fake' only")
     with ExitStack() as stack:
         fake_mode = None
         if device in ("fake", "cpu-fake"):
@@ -75,7 +79,7 @@ def run_logged(c: dict, device: str = "fake") -> tuple[LiveBytes, dict[str, set[
         for t in (*model.parameters(), *model.buffers()):
             lb.track(t, "weights")
         stack.enter_context(ModuleLabels(model, transformer_blocks(model), lb))
-        with lb:
+        with lb, quantized.lora_semantics(c):
             train_step(model, opt, c, lb, "cpu")
             for t in host_state_tensors(opt):
                 lb.record_of(t).host = True

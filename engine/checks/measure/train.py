@@ -11,7 +11,8 @@ gradients in place (``set_to_none=False``) so they stay allocated through the ne
 ``loss_impl='chunked'`` / ``'fused_linear'`` run the decoder alone and apply the head and the loss as
 torchtune (``loss_chunked``) or Liger (``loss_fused_linear``) do, on labels shifted as transformers shifts
 them; ``optimizer_impl`` and ``optimizer_in_backward`` re-make the optimizer before its first step
-(``recipe_optim``), and an optimizer stepping in backward makes ``step()`` a no-op.
+(``recipe_optim``), and an optimizer stepping in backward makes ``step()`` a no-op. ``outputs_held`` keeps each micro-step's logits, and
+through them its autograd graph, until the next forward returns (LitGPT's finetune loops).
 
 Optimizers: AdamW/Adam and SGD with momentum with ``foreach=True`` (the CUDA default, see
 ``torch.optim.optimizer._default_to_fused_or_foreach``; CPU would default to the per-tensor loop),
@@ -69,13 +70,24 @@ def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
     return loss_fused_linear.loss(h, base.get_output_embeddings().weight, labels)
 
 
+def _held_forward_loss(model, ids: torch.Tensor, c: dict, lb) -> torch.Tensor:
+    """``outputs_held``: the logits first (``model(input_ids)``), then the previous micro-step's held logits let go,
+    then transformers' own loss on them (what ``labels=`` runs: ``loss_function``), the order of LitGPT's loop
+    (``logits = model(input_ids, ...)`` rebinds the name, and with it the last step's graph, before the loss);
+    this micro-step's logits are held until the next forward returns."""
+    logits = model(input_ids=ids).logits
+    lb.held = logits
+    base = getattr(model, "get_base_model", lambda: model)()
+    return base.loss_function(logits=logits, labels=ids, vocab_size=c["vocab"])
+
+
 def _micro_step(model, c: dict, lb, device: str) -> None:
-    """One forward (with labels) and backward; inputs and loss die when it returns."""
+    """One forward (with labels) and backward; inputs and loss die when it returns (unless ``outputs_held``)."""
     lb.phase = "forward"
     lb.layer, lb.module = None, ""  # a recompute that stopped early never ran its forward hooks' exit
     ids = torch.randint(0, c["vocab"], (c["micro_batch"], c["seq_len"]), device=device)
     with autocast_context(c["precision"], device.split(":")[0]):
-        loss = _forward_loss(model, ids, c)
+        loss = _held_forward_loss(model, ids, c, lb) if c["outputs_held"] else _forward_loss(model, ids, c)
     if c["grad_accum"] > 1:
         loss = loss / c["grad_accum"]
     lb.mark(f"backward{lb.step}.{lb.micro}")

@@ -1,0 +1,155 @@
+"""The measured LoRA / QLoRA set: a bitsandbytes-quantized base, old and new bitsandbytes, LoRA dropout, held
+outputs, and LoRA / QLoRA on several GPUs (DDP, FSDP2).
+
+Example:
+    python -m engine.checks.measure.reference_qlora -o data/measured/qlora.csv
+    python -m engine.checks.measure.reference_qlora -o /tmp/q.csv --only fsdp
+
+Each case is ``measure_case(case, 'fake')``: one GPU as in cpu_fake.csv, several as one rank of a world simulated
+under torch.distributed's fake process group (parallel.csv). The quantized base is bitsandbytes' own Linear4bit
+under fake tensors (quantized.py). See data/measured/QLORA.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+from engine.checks.measure.reference_set import MODELS
+
+SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held"]  # inputs beside reference_set's CONFIG_COLUMNS
+Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
+QV16, ALL64 = {"lora_rank": 16, "lora_targets": "qv"}, {"lora_rank": 64, "lora_targets": "all_linear"}
+FSDP = {"framework": "fsdp", "zero_stage": 3}
+
+# family -> [(model, seq_len, micro_batch, precision, fields)]; AdamW, flash attention throughout
+FAMILY_CASES = {
+    "qlora": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **Q}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, "base_quant": "nf4_nodq"}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q}),
+        ("llama-400m-like", 2048, 4, "amp_bf16", {**ALL64, **Q}),
+        ("llama-3.2-1b-like", 4096, 1, "bf16", {**QV16, **Q, "checkpointing": "full"}),
+        ("qwen2.5-0.5b-like", 2048, 2, "bf16", {**QV16, **Q}),
+    ],
+    "qlora_old_bnb": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **QOLD}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **QOLD}),
+        ("llama-400m-like", 2048, 4, "amp_bf16", {**ALL64, **QOLD}),
+        ("llama-3.2-1b-like", 4096, 1, "bf16", {**QV16, **QOLD, "checkpointing": "full"}),
+        ("qwen2.5-0.5b-like", 2048, 2, "bf16", {**QV16, **QOLD, "base_quant": "nf4_nodq"}),
+    ],
+    "lora_dropout": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, "lora_dropout": 0.05}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, "lora_dropout": 0.1}),
+        ("llama-400m-like", 2048, 4, "amp_bf16", {**ALL64, "lora_dropout": 0.05}),
+        ("llama-400m-like", 2048, 4, "amp_bf16", {**ALL64, **QOLD, "lora_dropout": 0.05}),
+    ],
+    "outputs_held": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, "outputs_held": True}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **QOLD, "outputs_held": True, "lora_dropout": 0.05}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **QOLD, "outputs_held": True}),
+    ],
+    "lora_ddp": [
+        ("llama-400m-like", 2048, 2, "bf16", {**QV16, "n_gpus": 2}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, "n_gpus": 4}),
+    ],
+    "lora_fsdp": [
+        ("llama-400m-like", 2048, 2, "bf16", {**ALL64, **FSDP, "n_gpus": 4}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **FSDP, "n_gpus": 8}),
+        ("llama-400m-like", 2048, 2, "bf16", {**ALL64, "framework": "fsdp", "zero_stage": 2, "n_gpus": 4}),
+    ],
+    "qlora_fsdp": [
+        ("llama-400m-like", 2048, 2, "bf16", {**ALL64, **Q, **FSDP, "n_gpus": 4}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, **FSDP, "n_gpus": 2}),
+        ("tinyllama-1.1b-like", 4096, 1, "bf16", {**QV16, **Q, **FSDP, "n_gpus": 8, "checkpointing": "full"}),
+        ("llama-400m-like", 2048, 2, "bf16", {**ALL64, **QOLD, **FSDP, "n_gpus": 4}),
+    ],
+}
+
+
+def case_id(family: str, model: str, seq: int, mb: int, precision: str, f: dict) -> str:
+    """e.g. ``qlora_tinyllama-1.1b-like_bf16_s2048_b2_lora16-qv_nf4``."""
+    parts = [family, model, precision, f"s{seq}", f"b{mb}", f"lora{f['lora_rank']}-{f['lora_targets']}"]
+    parts += [f["base_quant"]] if f.get("base_quant") else []
+    parts += ["kept-input"] if f.get("quant_saves_input") else []
+    parts += [f"drop{f['lora_dropout']}"] if f.get("lora_dropout") else []
+    parts += ["held"] if f.get("outputs_held") else []
+    parts += ["ckpt"] if f.get("checkpointing") == "full" else []
+    if f.get("n_gpus"):
+        parts += [f"{'fsdp' if f.get('framework') == 'fsdp' else 'ddp'}{f['n_gpus']}"]
+        parts += [f"z{f['zero_stage']}"] if f.get("zero_stage") else []
+    return "_".join(parts)
+
+
+def reference_cases() -> list[tuple[str, str, dict]]:
+    """(case_id, family, case) for every case."""
+    out = []
+    for family, cases in FAMILY_CASES.items():
+        for model, seq, mb, precision, fields in cases:
+            case = {"model": model, **MODELS[model], "seq_len": seq, "micro_batch": mb, "precision": precision,
+                    "optimizer": "adamw", "attention": "flash", **fields}
+            out.append((case_id(family, model, seq, mb, precision, fields), family, case))
+    return out
+
+
+def columns() -> list[str]:
+    from engine.checks.measure.reference_parallel import _columns
+
+    cols = _columns()
+    at = cols.index("zero_stage") + 1
+    return [*cols[:at], *SETTINGS, *cols[at:], "bitsandbytes_version"]
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    """Write ``rows`` to ``path`` atomically (a temporary file in the same folder, then os.replace)."""
+    from engine.checks.measure.reference_parallel import _cell
+
+    cols = columns()
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".csv.tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(cols)
+            for r in rows:
+                w.writerow([_cell(r.get(k)) for k in cols])
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: measure every case (or those whose id contains ``--only``) and write the CSV."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    import bitsandbytes
+    import transformers
+
+    from engine.checks.measure import reference_parallel as rp
+
+    transformers.logging.set_verbosity_error()
+    rows, t0 = [], time.time()
+    for cid, family, case in reference_cases():
+        if a.only not in cid:
+            continue
+        t = time.time()
+        rows.append({**rp.measure_row(cid, family, case), "bitsandbytes_version": bitsandbytes.__version__})
+        print(f"{cid:<100} {rows[-1]['measured_allocated_peak_bytes']:>16,} B  {time.time() - t:5.1f} s",
+              file=sys.stderr)
+    write_csv(rows, a.output)
+    print(f"{len(rows)} rows in {time.time() - t0:.0f} s -> {a.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
