@@ -65,6 +65,7 @@ def test_suggestions_in_text_show_speed_and_price(qwen):
     text = render(qwen)
     assert "tokens/s per GPU" in text.split("what to change")[1] and "/Mtok" in text.split("what to change")[1]
     assert "memsim plan --model qwen2.5-7b" in text
+    assert "combined, step by step" in text  # ZeRO-Infinity fits alone, but the combination is 19x faster
 
 
 def test_explain_json_gives_tokens_per_gpu_s_on_every_suggestion(capsys):

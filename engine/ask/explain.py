@@ -206,12 +206,21 @@ def render(result: dict) -> str:
     if result["suggestions"]:
         lines += ["", "what to change (one at a time; those that fit first, fastest first):"]
         lines += [f"  - {change_line(s)}" for s in result["suggestions"]]
-    if result["plan"] and not any(s["fits"] for s in result["suggestions"]):
+    if result["plan"] and combination_worth_showing(result):
         lines += ["", "combined, step by step:"]
         lines += [f"  {i}. {change_line(s)}" for i, s in enumerate(result["plan"], 1)]
     if not result["fits"]:
         lines += ["", f"the fastest configurations that fit, every layout and recipe searched: {plan_command(result)}"]
     return "\n".join(lines)
+
+
+def combination_worth_showing(result: dict) -> bool:
+    """The combination, when no single change fits or it is faster than every single change that fits keeping the
+    training method and the GPU count."""
+    fitting = [s["tokens_per_gpu_s"] or 0.0 for s in result["suggestions"]
+               if s["fits"] and s["keeps_method"] and s["keeps_fleet"]]
+    last = result["plan"][-1]
+    return not fitting or (last["fits"] and (last["tokens_per_gpu_s"] or 0.0) > max(fitting))
 
 
 def change_line(s: dict) -> str:

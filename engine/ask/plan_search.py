@@ -184,12 +184,14 @@ def trim(found: Found) -> Found:
 def run_search(spaces: list[Space], rec, model_key: str, gpu_key: str, rank_by: str) -> Search:
     """Every grid through the sweep kernel, chunk by chunk."""
     user = user_inputs(rec)
-    search = Search(grids=[], user=user)
+    search, kernel = Search(grids=[], user=user), None
     for g, space in enumerate(spaces):
         grid = plan_grid(space, rec, model_key, gpu_key)
         search.grids.append(grid)
         counts = change_counts(grid, user)
-        kernel = SweepKernel(grid)
+        previous, kernel = kernel, SweepKernel(grid)
+        if previous is not None:
+            kernel.adopt(previous)
         on_node = np.array([rec], dtype=rec.dtype).view(np.recarray)[0]
         on_node.n_gpus = space.n_gpus
         host_ram = int(host_ram_per_gpu(on_node))  # the GPU's share of its node's RAM (0: unknown)

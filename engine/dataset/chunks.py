@@ -120,7 +120,15 @@ class SweepKernel:
         self.scratch = np.zeros(self.blocks, dtype=RECORD)
         self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
         self.buffers = [None, None]
+        self.adopted = [False, False]
         self.turn = 0
+
+    def adopt(self, other: "SweepKernel") -> None:
+        """Use another kernel's output buffers where they are large enough (a search over many small grids, as
+        `memsim plan` runs, spares a fresh allocation per grid); they are reset to UNSET before this grid writes."""
+        self.buffers = list(other.buffers)
+        self.adopted = [b is not None for b in self.buffers]
+        self.turn = other.turn
 
     def slots(self, count: int, period: int) -> int:
         return count // period + 2  # a chunk of `count` rows spans at most this many runs of `period`
@@ -133,14 +141,19 @@ class SweepKernel:
         after. Buffers start at UNSET, so a slot the kernel never writes shows."""
         self.turn ^= 1
         buffers = self.buffers[self.turn]
-        if buffers is None or buffers[3].shape[1] < count:
-            rank_slots = self.slots(count, self.rows_per_rank)
-            buffers = (np.full((len(RANK_ROWS), rank_slots), UNSET, dtype=np.int64),
-                       np.full((len(GPU_COLUMNS), rank_slots * self.rows_per_step), UNSET, dtype=np.int64),
-                       np.full((len(STEP_COLUMNS), self.slots(count, self.rows_per_step)), UNSET, dtype=np.int64),
+        rank_slots = self.slots(count, self.rows_per_rank)
+        sizes = (rank_slots, rank_slots * self.rows_per_step, self.slots(count, self.rows_per_step), count, count)
+        if buffers is None or any(b.shape[1] < n for b, n in zip(buffers, sizes)):
+            buffers = (np.full((len(RANK_ROWS), sizes[0]), UNSET, dtype=np.int64),
+                       np.full((len(GPU_COLUMNS), sizes[1]), UNSET, dtype=np.int64),
+                       np.full((len(STEP_COLUMNS), sizes[2]), UNSET, dtype=np.int64),
                        np.full((len(DEVICE_COLUMNS), count), UNSET, dtype=np.int64),
                        np.full((len(TIME_COLUMNS), count), np.inf))
             self.buffers[self.turn] = buffers
+        elif self.adopted[self.turn]:  # another kernel's buffers: back to the sentinel before this grid writes
+            for b in buffers:
+                b.fill(np.inf if b.dtype == np.float64 else UNSET)
+            self.adopted[self.turn] = False
         n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
         n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
         if count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)

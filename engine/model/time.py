@@ -26,6 +26,11 @@ Compute, per micro-batch, kernels one after another on one stream:
 
 Communication and its links: collectives.py (the bytes each collective moves, the bus bandwidth of its group).
 
+Not modelled: the compute that overlapped collectives slow down (NCCL kernels take SMs and memory bandwidth;
+arXiv:2507.03114 measures 18.9% on average). It is what the model misses on torchtitan's 405B FSDP 16 x TP 8 run
+(+31%: 9.5 s of FSDP traffic hidden behind 12.3 s of compute); README "Accuracy" gives the figures with and without
+it, and why it is not in yet.
+
 The three calibrated constants (MATMUL_EFFICIENCY and ATTENTION_EFFICIENCY in gpu_rates.py, MEMORY_PASSES in
 step_work.py) are fitted on data/golden/throughput.csv by engine/checks/throughput/calibration.py (fit: least
 squares on log tokens/s with a soft-L1 loss, every row); THROUGHPUT.md "Calibration" gives the values, the rows
