@@ -53,12 +53,13 @@ def check(c: dict) -> None:
     if c["base_quant"] not in QUANTIZED:
         raise UserError(f"base_quant={c['base_quant']!r} cannot be measured here; accepted: none, "
                         f"{', '.join(QUANTIZED)} (bitsandbytes Linear4bit)")
+    q = f"base_quant={c['base_quant']!r}"
     if c["lora_rank"] < 1:
-        raise UserError("a quantized base is measured under LoRA (lora_rank > 0): its weights cannot train")
+        raise UserError(f"{q} is measured under LoRA (lora_rank > 0): quantized weights cannot train")
     if c["ffn_type"] != "swiglu" or c["norm_type"] != "rmsnorm" or c.get("n_experts", 0):
-        raise UserError("a quantized base is measured on dense Llama-style models (swiglu + rmsnorm)")
+        raise UserError(f"{q} is measured on dense Llama-style models (swiglu + rmsnorm)")
     if c["precision"] not in ("bf16", "fp16", "amp_bf16", "amp_fp16"):
-        raise UserError(f"precision={c['precision']!r}: a quantized base computes in 16 bits (bf16, fp16, amp_*)")
+        raise UserError(f"{q} with precision={c['precision']!r}: a quantized base computes in 16 bits (bf16, fp16, amp_*)")
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
