@@ -40,7 +40,7 @@ reasoned AS (
         CASE
             WHEN NOT f.timed AND g.bf16_tflops IS NULL THEN 'no FLOP rate in the catalog'
             WHEN NOT f.timed AND f.n_gpus > coalesce(g.gpus_per_node, 1) AND g.inter_node_bytes_per_s IS NULL
-                THEN 'no network bandwidth between its ' || coalesce(g.gpus_per_node, 1) || '-GPU nodes in the catalog'
+                THEN 'no network bandwidth between its nodes in the catalog'
             WHEN NOT f.timed THEN 'a link or rate its layouts need is not in the catalog'
             WHEN NOT f.filled THEN 'only pipelines with fewer micro-batches than stages fit (sweep grad_accum >= pp)'
             WHEN f.usd_per_mtok IS NULL THEN 'no catalog price'

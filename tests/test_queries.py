@@ -510,7 +510,7 @@ def test_report_cost_frontier_says_why_a_fleet_that_fits_has_no_point(sweep_con,
     assert a10 and left["why_not_drawn"].null_count() == 0
     assert {a10[n] for n in a10 if n <= 4} <= {  # a10: 4-GPU nodes, no price, no network in the catalog
         "no catalog price", "only pipelines with fewer micro-batches than stages fit (sweep grad_accum >= pp)"}
-    assert a10.get(8, "no network").startswith("no network bandwidth between its 4-GPU nodes")
+    assert a10.get(8, "no network").startswith("no network bandwidth between its nodes")  # 8 GPUs: two nodes
     assert got.filter(pl.col("drawn"))["why_not_drawn"].null_count() == got.filter(pl.col("drawn")).height
     timed = fleets.filter(pl.col("tokens_per_gpu_s").is_not_null())
     only_pipelines = timed.group_by("model", "gpu", "n_gpus").agg((pl.col("pp") == 1).any().alias("flat"))
