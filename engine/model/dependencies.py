@@ -46,9 +46,16 @@ def fields_read(function) -> frozenset[str]:
 
 
 def level_of_fields() -> dict[str, str]:
-    """field -> the shallowest level that reads it ('rank', 'step' or 'device')."""
+    """field -> the shallowest level that reads it ('rank', 'step' or 'device').
+
+    The sweep kernel fills the GPU table (gpu_terms for every device combination) once per rank slot, not once per
+    step, so a field gpu_terms reads that is not a device attribute moves with the rank: `sp`, read by the step's
+    activations and by the GPU's NCCL communicators, is a rank-level axis."""
     out: dict[str, str] = {}
     for level, function in LEVELS.items():
         for name in fields_read(function):
             out.setdefault(name, level)
+    for name in fields_read(levels.gpu_terms):
+        if out[name] == "step":
+            out[name] = "rank"
     return out
