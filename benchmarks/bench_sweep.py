@@ -47,7 +47,7 @@ def spec(size: float) -> dict:
 def kernel_rate(axes: dict, limit: int) -> tuple[int, float]:
     """Configurations per second of the compiled kernel alone, in chunks of 2^20, outputs discarded."""
     grid = build_grid(parse_spec(axes))
-    kernel = SweepKernel(grid)
+    kernel = SweepKernel(grid, compiled=True)
     chunk = 1 << 20
     kernel.evaluate(0, min(chunk, grid.total))  # compile / allocate outside the timing
     n = min(grid.total, limit)

@@ -137,7 +137,7 @@ def test_nothing_fits_says_what_is_closest_and_why():
 
 
 def kernel_against_reference(grid, indices):
-    chunk = SweepKernel(grid).evaluate(0, grid.total)
+    chunk = SweepKernel(grid, compiled=True).evaluate(0, grid.total)
     got = {name: chunk.values(name) for name in OUTPUTS}
     for i in indices:
         want = outputs(decode(grid, int(i)))

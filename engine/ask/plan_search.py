@@ -189,7 +189,7 @@ def run_search(spaces: list[Space], rec, model_key: str, gpu_key: str, rank_by: 
         grid = plan_grid(space, rec, model_key, gpu_key)
         search.grids.append(grid)
         counts = change_counts(grid, user)
-        previous, kernel = kernel, SweepKernel(grid)
+        previous, kernel = kernel, SweepKernel(grid, compiled=True)
         if previous is not None:
             kernel.adopt(previous)
         on_node = np.array([rec], dtype=rec.dtype).view(np.recarray)[0]

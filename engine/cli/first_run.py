@@ -6,8 +6,6 @@ to compile, with the time it takes: the wait is not silence."""
 import logging
 import sys
 
-from engine.model.kernel import KERNEL_COMPILE_SECONDS, cold, compile_notice
-
 
 class Stderr(logging.Handler):
     """Each notice as one line on whichever stream is sys.stderr when it is said."""
@@ -22,12 +20,3 @@ def show_notices() -> None:
     if not any(isinstance(h, Stderr) for h in log.handlers):
         log.addHandler(Stderr())
         log.setLevel(logging.WARNING)
-
-
-def say_if_compiling(*kernels) -> bool:
-    """One line on stderr when any of `kernels` will compile on its first call; True when it said so."""
-    if not any(cold(k) for k in kernels):
-        return False
-    show_notices()
-    compile_notice(kernels[0], KERNEL_COMPILE_SECONDS)
-    return True

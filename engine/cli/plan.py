@@ -49,12 +49,11 @@ def run(args) -> None:
 
     from engine.ask.plan import PlanRequest, plan, to_json
     from engine.ask.plan_text import render
-    from engine.cli.first_run import say_if_compiling
-    from engine.model.sweep_kernel import sweep_chunk
+    from engine.cli.first_run import show_notices
 
     config = given_config(args)
     counts = gpu_counts(config.pop("n_gpus", None))
-    say_if_compiling(sweep_chunk)
+    show_notices()  # the search's kernel says so when it compiles (after the inputs are checked)
     result = plan(PlanRequest(config, counts, args.global_batch, args.tokens, args.rank_by, args.method, args.top))
     if args.json:
         print(to_json(result))

@@ -40,9 +40,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def run(args) -> None:
     t0 = time.perf_counter()
-    from engine.cli.first_run import say_if_compiling
+    from engine.cli.first_run import show_notices
     from engine.dataset.sweep import explain_no_valid, run_sweep
-    from engine.model.sweep_kernel import sweep_chunk
 
     if args.plan is not None:
         return run_plan(args)
@@ -55,12 +54,12 @@ def run(args) -> None:
     shard = parse_shard(args.shard) if args.shard else (0, 1)
     if "://" in args.output:  # an object-store (or file://) URI: staged locally, published through pyarrow.fs
         from engine.dataset.shards import sweep_shard as run_sweep
-    compiles = say_if_compiling(sweep_chunk)
+    show_notices()  # the kernel says so when it compiles; a sweep of a few hundred rows runs in Python and never does
     result = run_sweep(args.spec, args.output, shard=shard, force=args.force,
                        feasible_only=args.feasible_only or None, valid_only=args.valid_only or None,
                        progress=False if args.quiet else None)
     rate = result.evaluated / max(result.seconds, 1e-9)
-    whole = f"{time.perf_counter() - t0:.1f} s in all, with reading the spec{' and compiling the kernel' if compiles else ''}"
+    whole = f"{time.perf_counter() - t0:.1f} s in all, with reading the spec{' and compiling the kernel' if result.compiled else ''}"
     print(f"{result.evaluated:,} configurations in {result.seconds:.2f} s of evaluating and writing ({rate / 1e6:.2f} M/s; "
           f"{whole}): {result.valid:,} valid, {result.fits:,} fit; {result.written:,} rows -> {result.out_dir}")
     if result.valid == 0:

@@ -13,9 +13,10 @@ from functools import cached_property
 import numba
 import numpy as np
 
-from engine.configure.grid import FIELD_INDEX, Grid
+from engine.configure.grid import FIELD_INDEX, Grid, decode
 from engine.inputs.vocabulary import RECORD
-from engine.model.kernel import UNSET
+from engine.model.kernel import KERNEL_COMPILE_SECONDS, UNSET, PlainRecord, cold, compile_notice, uses_kernel
+from engine.model.levels import evaluate_one
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
 from engine.model.sweep_kernel import sweep_chunk
 
@@ -99,10 +100,16 @@ class Chunk:
 
 
 class SweepKernel:
-    """The grid as the arrays sweep_chunk reads, and reusable output buffers."""
+    """The grid as the arrays sweep_chunk reads, and reusable output buffers.
 
-    def __init__(self, grid: Grid):
+    compiled: None lets the grid's size decide (engine/model/kernel.uses_kernel: a sweep of a few hundred rows
+    answers sooner in plain Python than through a compile); True or False forces it (`memsim plan` runs many small
+    grids of one large search through the compiled kernel)."""
+
+    def __init__(self, grid: Grid, compiled: bool | None = None):
         self.grid = grid
+        self.compiled = uses_kernel(grid.total, sweep_chunk) if compiled is None else compiled
+        self.compiles = self.compiled and cold(sweep_chunk)  # its first evaluate compiles sweep_chunk
         axes = grid.axes
         width = max(len(a.fields) for a in axes)
         values = max(len(a.labels) for a in axes)
@@ -156,10 +163,28 @@ class SweepKernel:
             self.adopted[self.turn] = False
         n_rank = (start + count - 1) // self.rows_per_rank - start // self.rows_per_rank + 1 if count else 0
         n_step = (start + count - 1) // self.rows_per_step - start // self.rows_per_step + 1 if count else 0
-        if count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
+        if count and not self.compiled:
+            self.evaluate_in_python(start, count, *buffers)
+        elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
+            if cold(sweep_chunk):
+                compile_notice(sweep_chunk, KERNEL_COMPILE_SECONDS)
             sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
                         self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
                         *buffers)
         rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
         step, device, times = buffers[2][:, :n_step], buffers[3][:, :count], buffers[4][:, :count]
         return Chunk(self.grid, start, count, rank, gpu, step, device, times, self.rows_per_rank, self.rows_per_step)
+
+    def evaluate_in_python(self, start: int, count: int, rank, gpu, step, device, times) -> None:
+        """What sweep_chunk stores, from the scalar reference: each row decoded the obvious way (grid.decode) and
+        evaluated whole (levels.evaluate_one); a rank or step slot is written by each of its rows, alike."""
+        first_rank, first_step = start // self.rows_per_rank, start // self.rows_per_step
+        for i, index in enumerate(range(start, start + count)):
+            rec = decode(self.grid, index)
+            r, s, g, d = evaluate_one(PlainRecord(rec))
+            rank_slot = index // self.rows_per_rank - first_rank
+            rank[:, rank_slot] = (*r.columns, rec.dp, rec.n_gpus)
+            gpu[:, rank_slot * self.rows_per_step + index % self.rows_per_step] = g.columns
+            step[:, index // self.rows_per_step - first_step] = s.columns
+            device[:, i] = d.columns
+            times[:, i] = d.times

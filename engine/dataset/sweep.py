@@ -56,6 +56,7 @@ class SweepResult:
     fits: int
     seconds: float
     reasons: Counter
+    compiled: bool = False  # the sweep kernel was compiled for this run (a cold cache)
 
 
 class Progress:
@@ -217,7 +218,8 @@ def stream(job: ShardJob, out_dir, manifest: dict, progress) -> SweepResult:
     finally:
         bar.finish()
     return SweepResult(out_dir, kernel.grid.total, hi - lo, rows, counts["valid"], counts["fits"],
-                       time.perf_counter() - t0, Counter({Invalid(c): int(n) for c, n in enumerate(reasons) if n}))
+                       time.perf_counter() - t0, Counter({Invalid(c): int(n) for c, n in enumerate(reasons) if n}),
+                       kernel.compiles)
 
 
 def explain_no_valid(result: SweepResult) -> str:

@@ -69,9 +69,10 @@ def compile_notice(kernel, seconds: float) -> None:
                 seconds, where)
 
 
-def uses_kernel(n_rows: int) -> bool:
-    """Whether `n_rows` configurations are answered sooner by the compiled kernel than by the scalar reference."""
-    fixed = KERNEL_COMPILE_SECONDS if cold(fill_outputs) else KERNEL_LOAD_SECONDS
+def uses_kernel(n_rows: int, kernel=None) -> bool:
+    """Whether `n_rows` configurations are answered sooner by the compiled `kernel` (fill_outputs, or the sweep's
+    sweep_chunk) than by the scalar reference in Python."""
+    fixed = KERNEL_COMPILE_SECONDS if cold(kernel or fill_outputs) else KERNEL_LOAD_SECONDS
     return n_rows * PYTHON_SECONDS_PER_ROW > fixed
 
 
