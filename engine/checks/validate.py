@@ -88,7 +88,8 @@ def golden_results(path: Path = GOLDEN) -> list[dict]:
 
 # The measured sets memsim is held to, each a CSV of data/measured/ (see its README); a row's group is the set,
 # refined by its `family` (parallel layouts) or `knob` (training recipes) column when it has one.
-MEASURED_SETS = {"single-gpu": "cpu_fake.csv", "recipes": "recipes.csv", "parallel": "parallel.csv"}
+MEASURED_SETS = {"single-gpu": "cpu_fake.csv", "recipes": "recipes.csv", "parallel": "parallel.csv",
+                 "qlora": "qlora.csv"}
 MODELLED_NEXT: dict = {}  # measured sets the model does not follow yet (reported by `memsim validate`, not held)
 
 

@@ -33,6 +33,7 @@ from engine.inputs.codes import (
     LossImpl,
     Norm,
     Precision,
+    Quant,
 )
 from engine.model.common import ceil_div, formula
 from engine.model.states import compute_bytes, torchao_fp8
@@ -138,6 +139,13 @@ def input_copies(c, separate, targets, adapters):
 
 
 @formula
+def cast_for_adapter(c, targets):
+    """A LoRA adapter on the group saves an fp32 copy of its input, not the input: peft keeps adapters in fp32 over
+    a 16-bit base and, outside autocast, casts x to them (lora/layer.py _cast_input_dtype)."""
+    return c.lora_rank > 0 and adapted(c, targets) and not autocast(c) and c.precision != Precision.FP32
+
+
+@formula
 def projection_inputs_bytes_per_token(c):
     """The column-parallel projections' saved inputs (q, k, v and the FFN's up projections), per token."""
     qv = 3 if c.lora_rank == 0 else (2 if c.lora_targets == LoraTargets.QV else 3)
@@ -149,9 +157,123 @@ def projection_inputs_bytes_per_token(c):
 
 @formula
 def replicated_bytes_per_token(c):
-    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks."""
+    """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks; a quantized
+    base's kept inputs and LoRA dropout on the q/k/v and FFN-input adapters."""
     masks = 2 * c.d_model if has_dropout(c) else 0
-    return 2 * norm_bytes_per_token(c) + projection_inputs_bytes_per_token(c) + masks
+    lora = (quant_kept_replicated_bytes_per_token(c) + lora_dropout_replicated_bytes_per_token(c)
+            + lora_rank_bytes_per_token(c))
+    return 2 * norm_bytes_per_token(c) + projection_inputs_bytes_per_token(c) + masks + lora
+
+
+@formula
+def adapters_per_layer(c):
+    """LoRA adapters in one block: q and v (qv), q, k, v, o (attn), every linear (all_linear); a fused q/k/v
+    projection (GPT-2's c_attn) is one adapter."""
+    qkv = 1 if c.fused_projections else (2 if c.lora_targets == LoraTargets.QV else 3)
+    o = 1 if adapted(c, LoraTargets.ATTN) else 0
+    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) if adapted(c, LoraTargets.ALL_LINEAR) else 0
+    return qkv + o + ffn
+
+
+@formula
+def lora_rank_bytes_per_token(c):
+    """Each adapter's r-wide lora_A output, saved by lora_B for its weight gradient (Hu et al. 2021, sec. 4.1: B·A·x),
+    in the adapters' dtype: fp32 over a 16-bit base (peft's autocast_adapter_dtype), 16-bit under autocast."""
+    if c.lora_rank == 0:
+        return 0
+    b = 4 if c.precision == Precision.FP32 or not autocast(c) else compute_bytes(c)
+    return adapters_per_layer(c) * c.lora_rank * b
+
+
+@formula
+def quant_kept(c):
+    """bitsandbytes before 0.43.2 (quant_saves_input): MatMul4Bit.forward kept ctx.tensors = (A, B), each
+    quantized linear's input A held by its autograd node until the graph is freed, though its backward reads only
+    B (bitsandbytes #1270, commit 9e753741: 0.42.0 bitsandbytes/autograd/_functions.py line 523). As a node
+    attribute, not a saved tensor, A escapes non-reentrant checkpointing and activation offloading."""
+    return c.quant_saves_input and c.lora_rank > 0 and c.base_quant != Quant.NONE
+
+
+@formula
+def adapter_shares_input(c, targets):
+    """Whether the LoRA adapter of a group saves the group's 16-bit input itself: adapted, no LoRA dropout, and
+    no cast in between (under autocast peft passes x as is and autocast leaves a 16-bit x uncast; over a 16-bit
+    base without autocast peft casts x to its fp32 adapters: lora/bnb.py _cast_input_dtype)."""
+    return adapted(c, targets) and c.lora_dropout == 0.0 and (autocast(c) or c.precision == Precision.FP32)
+
+
+@formula
+def quant_kept_replicated_bytes_per_token(c):
+    """The kept inputs of the q/k/v and FFN-input projections (quant_kept), per token: the norm's output in the
+    compute dtype, once for the group, or under autocast each Linear4bit's own cast of the fp32 stream
+    (x.to(compute_dtype) in Linear4bit.forward). Measured: data/measured/qlora.csv, family qlora_old_bnb."""
+    if not quant_kept(c):
+        return 0
+    e = compute_bytes(c)
+    if c.precision == Precision.FP32:
+        return sum_unshared(c, e * c.d_model, LoraTargets.QV) + sum_unshared(c, e * c.d_model, LoraTargets.ALL_LINEAR)
+    n_qkv = 3 if autocast(c) and not c.fused_projections else 1
+    n_up = (2 if c.ffn_type == FFN.SWIGLU else 1) if autocast(c) and not c.fused_projections else 1
+    return (n_qkv + n_up) * e * c.d_model
+
+
+@formula
+def sum_unshared(c, nbytes, targets):
+    """nbytes of a group's kept input, unless its adapter saves that very tensor."""
+    return 0 if adapter_shares_input(c, targets) else nbytes
+
+
+@formula
+def quant_kept_split_bytes_per_token(c):
+    """The kept inputs of the out-projection and the FFN's down projection (quant_kept), per token, where no
+    other saved tensor is the same: the out-projection's input is flash attention's saved output; an adapter that
+    saves its 16-bit input shares it."""
+    if not quant_kept(c):
+        return 0
+    e = compute_bytes(c)
+    out = 0 if c.attention == Attn.FLASH else sum_unshared(c, e * c.n_heads * c.head_dim, LoraTargets.ATTN)
+    # the down projection's input is in the FFN's dtype (ffn_bytes): fp32 under autocast, cast apart from any adapter
+    down = e * c.d_ff if ffn_bytes(c) != e else sum_unshared(c, e * c.d_ff, LoraTargets.ALL_LINEAR)
+    return out + down
+
+
+@formula
+def quant_kept_flash_out_bytes_per_token(c):
+    """The out-projection's kept input under flash attention: flash's saved output itself, counted by
+    attention_bytes_per_token where flash's saves stay, kept by the quantized linear alone where they do not
+    (recomputation, offload: stage.quant_kept_layer_bytes)."""
+    if not quant_kept(c) or c.attention != Attn.FLASH:
+        return 0
+    return compute_bytes(c) * c.n_heads * c.head_dim
+
+
+@formula
+def lora_dropout_replicated_bytes_per_token(c):
+    """LoRA dropout on the q/k/v and FFN-input adapters (peft LoraLayer.lora_dropout, nn.Dropout before lora_A),
+    per token: a 1-byte mask per adapter (CUDA's native_dropout); the dropped copy takes the place of the input
+    the adapter would have saved. Measured: data/measured/qlora.csv, family lora_dropout."""
+    if c.lora_rank == 0 or c.lora_dropout == 0.0:
+        return 0
+    qkv = 1 if c.fused_projections else (2 if c.lora_targets == LoraTargets.QV else 3)
+    up = 0 if not adapted(c, LoraTargets.ALL_LINEAR) else (1 if c.fused_projections or c.ffn_type != FFN.SWIGLU else 2)
+    return (qkv + up) * c.d_model
+
+
+@formula
+def lora_dropout_split_bytes_per_token(c):
+    """LoRA dropout on the out- and down-projection adapters, per token: the 1-byte masks, and a 16-bit dropped
+    copy where the adapter would have shared an input that stays alive anyway (autocast: flash attention's output,
+    a kept quantized input)."""
+    if c.lora_rank == 0 or c.lora_dropout == 0.0:
+        return 0
+    e, ad = compute_bytes(c), c.n_heads * c.head_dim
+    shared = autocast(c) or c.precision == Precision.FP32
+    total = 0
+    if adapted(c, LoraTargets.ATTN):
+        total += ad + (e * ad if shared and (c.attention == Attn.FLASH or quant_kept(c)) else 0)
+    if adapted(c, LoraTargets.ALL_LINEAR):
+        total += c.d_ff + (e * c.d_ff if c.precision == Precision.FP32 and quant_kept(c) else 0)
+    return total
 
 
 @formula
@@ -160,8 +282,11 @@ def attention_bytes_per_token(c):
     a, g, d, e = c.n_heads, c.n_kv_heads, c.head_dim, compute_bytes(c)
     out = input_copies(c, 1, LoraTargets.ATTN, 1) * a * d
     if c.attention == Attn.FLASH:
-        # FlashAttention-2 (arXiv:2307.08691 Alg. 2): q, k, v (GQA unexpanded), the output, an fp32 logsumexp.
-        return e * (a * d + 2 * g * d) + max(out, e * a * d) + 4 * a + qk_norm_bytes_per_token(c)
+        # FlashAttention-2 (arXiv:2307.08691 Alg. 2): q, k, v (GQA unexpanded), the output, an fp32 logsumexp. The
+        # out-projection saves that output itself, unless a LoRA adapter over a 16-bit base casts it to fp32 first
+        # (data/measured/qlora.csv: 4·a·d of cast beside flash's 2·a·d).
+        flash_out = e * a * d + out if cast_for_adapter(c, LoraTargets.ATTN) else max(out, e * a * d)
+        return e * (a * d + 2 * g * d) + flash_out + 4 * a + qk_norm_bytes_per_token(c)
     qkv = 4 if c.attention == Attn.SDPA_MATH and not fused_kernels(c) else e  # the math path works in fp32
     return qkv * 3 * a * d + out + qk_norm_bytes_per_token(c)  # k, v expanded to every query head (repeat_kv)
 
@@ -200,9 +325,19 @@ def scores_bytes_per_key(c):
 
 
 @formula
+def ffn_bytes(c):
+    """Element size of the FFN's intermediates: the compute dtype, or under autocast over a bitsandbytes base the
+    fp32 stream's (Linear4bit.forward returns its output cast back to its input's dtype, `.to(inp_dtype)`, and the
+    stream is fp32: data/measured/qlora.csv, amp_bf16 rows)."""
+    if autocast(c) and c.lora_rank > 0 and c.base_quant != Quant.NONE:
+        return stream_bytes(c)
+    return compute_bytes(c)
+
+
+@formula
 def ffn_inner_bytes_per_token(c, inner, tokens_num, tokens_den):
     """FFN intermediates per token (inner size f), scaled for routed tokens (tokens_num / tokens_den)."""
-    e = compute_bytes(c)
+    e = ffn_bytes(c)
     down_in = input_copies(c, 1, LoraTargets.ALL_LINEAR, 1)
     if c.ffn_type == FFN.SWIGLU:
         kept = 2 * e if fused_kernels(c) else 3 * e  # [gate|up] | gate, silu(gate), up
@@ -260,7 +395,8 @@ def expert_compute_bytes(c):
 def split_bytes_per_token(c, moe_layer):
     """Terms that tensor parallelism splits, but the s^2 scores: attention internals and FFN intermediates."""
     if not moe_layer:
-        return attention_bytes_per_token(c) + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1)
+        lora = quant_kept_split_bytes_per_token(c) + lora_dropout_split_bytes_per_token(c)
+        return attention_bytes_per_token(c) + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1) + lora
     return attention_bytes_per_token(c) + moe_bytes_per_token(c)
 
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from engine.catalogs.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
+from engine.model.held import held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
@@ -175,7 +176,16 @@ def stage_peak(c, r, rank):
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
     fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
-    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept
+    held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
+    graph = held_graph_bytes(c, rank_layers(c, rank))  # ... and what its graph's nodes hold after backward
+    if c.outputs_held:
+        # the model's forward has returned and its loss not begun: these logits, and the last micro-step's logits
+        # and graph, alive together (held.py)
+        model_t = fwd_t - forward_temp_bytes(c, r, rank, last) + forward_cast_bytes(c, r, rank, last) + r.gather_bytes
+        model_t += 2 * held + graph
+        if live + acts + model_t > best.allocated_bytes:
+            best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g)
+    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
@@ -197,10 +207,10 @@ def stage_peak(c, r, rank):
         optimizer = backward_end
     else:
         buckets = stage_share(c, r, rank, buckets_bytes(c, r, True))
-        end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept
+        end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept + held + graph
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True)
-        opt_t = stage_share(c, r, rank, r.step_bytes) + buckets + kept
+        opt_t = stage_share(c, r, rank, r.step_bytes) + buckets + kept + held + graph
         optimizer = Peak(stage_share(c, r, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the

@@ -14,6 +14,9 @@ from engine.model.activations import (
     norm_bytes_per_token,
     norm_pack_duplicate_bytes_per_token,
     pack_duplicate_bytes_per_token,
+    quant_kept_flash_out_bytes_per_token,
+    quant_kept_replicated_bytes_per_token,
+    quant_kept_split_bytes_per_token,
     stream_bytes,
 )
 from engine.model.common import ceil_div, formula
@@ -47,7 +50,7 @@ def layer_activation_bytes(c, r, moe_layer):
     """
     if c.checkpointing == Ckpt.FULL:
         kept = stream_bytes(c) * local_tokens(c) * c.d_model
-        return ceil_div(kept, c.tp) if c.sp else kept
+        return (ceil_div(kept, c.tp) if c.sp else kept) + quant_kept_layer_bytes(c)
     if c.checkpointing == Ckpt.SELECTIVE_OP:
         return selective_op_layer_bytes(c, r, moe_layer)
     if c.compile and c.checkpointing == Ckpt.NONE and not moe_layer and not fused_kernels(c):
@@ -88,8 +91,19 @@ def layers_activation_bytes(c, r, dense, moe):
     host RAM at pack time; data/measured/RECIPES.md: device saved 2.27 -> 2.02 GiB with full checkpointing,
     4.84 -> 0.52 GiB without)."""
     if c.activation_offload:
-        return 0
+        return dense * quant_kept_layer_bytes(c)
     return layers_saved_bytes(c, r, dense, moe)
+
+
+@formula
+def quant_kept_layer_bytes(c):
+    """One dense layer's kept quantized inputs (activations.quant_kept) for one micro-batch: node attributes, not
+    saved tensors, so neither non-reentrant checkpointing nor saved-tensor hooks touch them, the out-projection's
+    included (flash attention's output, which it is, is no longer saved there). Measured: data/measured/qlora.csv,
+    qlora_old_bnb with checkpointing = full (block 1 keeps 2f + 2h + 2h + 2·a·d + its 2h input, bf16)."""
+    tokens = local_tokens(c)
+    split = quant_kept_split_bytes_per_token(c) + quant_kept_flash_out_bytes_per_token(c)
+    return tokens * quant_kept_replicated_bytes_per_token(c) + ceil_div(tokens * split, c.tp)
 
 
 @formula

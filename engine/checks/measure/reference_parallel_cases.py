@@ -41,6 +41,10 @@ MODELS = {
 MP = {"fsdp_param_dtype": "bfloat16", "fsdp_reduce_dtype": "float32"}  # FSDP2 MixedPrecisionPolicy
 FSDP3 = {"framework": "fsdp", "zero_stage": 3}
 FSDP2 = {"framework": "fsdp", "zero_stage": 2}
+# FSDP2 under torch.autocast without a MixedPrecisionPolicy is framework 'pytorch' (parallel.check; the two rows
+# were relabelled so in parallel.csv by 0eb0b73, which left them 'fsdp' here, so the set did not regenerate)
+AUTOCAST_FSDP3 = {"framework": "pytorch", "zero_stage": 3}
+AUTOCAST_FSDP2 = {"framework": "pytorch", "zero_stage": 2}
 OFFLOAD = {"offload": "optimizer_params"}  # FSDP2 CPUOffloadPolicy
 
 # (family, model, seq_len, micro_batch, precision, layout and harness fields, ranks measured)
@@ -55,7 +59,7 @@ CASES = [
     ("ddp", "llama-400m-like", 1024, 2, "fp32", {"dp": 2, "grad_accum": 2}, (0,)),
     ("fsdp2", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP}, (0,)),
     ("fsdp2", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 8, **FSDP3, **MP}, (0,)),
-    ("fsdp2", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3}, (0,)),
+    ("fsdp2", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **AUTOCAST_FSDP3}, (0,)),
     ("fsdp2", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP}, (0,)),
     ("fsdp2", "tinyllama-1.1b-like", 4096, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP}, (0,)),
     ("fsdp2", "llama-3.2-1b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP}, (0,)),
@@ -68,7 +72,7 @@ CASES = [
     ("fsdp2_noreshard", "llama-3.2-1b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP2, **MP}, (0,)),
     ("fsdp2_noreshard", "qwen2.5-0.5b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP2, **MP}, (0,)),
     ("fsdp2_noreshard", "llama-3.1-8b-4l", 2048, 1, "amp_bf16", {"dp": 8, **FSDP2, **MP}, (0,)),
-    ("fsdp2_noreshard", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP2}, (0,)),
+    ("fsdp2_noreshard", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 4, **AUTOCAST_FSDP2}, (0,)),
     ("fsdp2_ckpt", "llama-400m-like", 4096, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
     ("fsdp2_ckpt", "tinyllama-1.1b-like", 4096, 2, "amp_bf16", {"dp": 8, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
     ("fsdp2_ckpt", "llama-3.2-1b-like", 8192, 1, "amp_bf16", {"dp": 4, **FSDP3, **MP, "checkpointing": "full"}, (0,)),
