@@ -32,6 +32,24 @@ def pytest_sessionstart(session):
         reporter.write_line(line)
     else:
         print(line, flush=True)
+    if not hasattr(session.config, "workerinput") and session.config.getoption("markexpr") != "not slow":
+        compile_before_the_workers(kernels)
+
+
+def compile_before_the_workers(kernels) -> None:
+    """The whole suite (not the fast tier, which never compiles): every cold kernel compiled at once, one process
+    each (tests/compile_kernels.py), before xdist's workers start."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.model.kernel import fill_outputs
+
+    script = Path(__file__).with_name("compile_kernels.py")
+    runs = [subprocess.Popen([sys.executable, str(script), "fill" if k is fill_outputs else "sweep"])
+            for k in kernels]
+    for run in runs:
+        run.wait()
 
 
 def pytest_ignore_collect(collection_path, config):

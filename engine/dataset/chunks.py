@@ -110,6 +110,7 @@ class SweepKernel:
         self.grid = grid
         self.compiled = uses_kernel(grid.total, sweep_chunk) if compiled is None else compiled
         self.compiles = self.compiled and cold(sweep_chunk)  # its first evaluate compiles sweep_chunk
+        self.said = False  # ... and says so first
         axes = grid.axes
         width = max(len(a.fields) for a in axes)
         values = max(len(a.labels) for a in axes)
@@ -166,8 +167,9 @@ class SweepKernel:
         if count and not self.compiled:
             self.evaluate_in_python(start, count, *buffers)
         elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
-            if cold(sweep_chunk):
+            if self.compiles and not self.said:  # once: this first call compiles and caches it
                 compile_notice(sweep_chunk, KERNEL_COMPILE_SECONDS)
+                self.said = True
             sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
                         self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
                         *buffers)
