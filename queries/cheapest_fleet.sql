@@ -1,7 +1,7 @@
 -- For each model and training method, the GPU types that train it ranked three ways: by $ per million tokens, by the time to train $tokens tokens, and by the $/h of the smallest fleet that fits.
 -- params:  $model    VARCHAR  model key, or NULL for every model
 --          $seq_len  BIGINT   tokens per sample, or NULL for any swept length
---          $tokens   DOUBLE   tokens to train, for the days and dollars columns (default 1e12)
+--          $tokens   DOUBLE   tokens to train, for the days and dollars columns (>= 1) (default 1e12)
 --          $rank_by  VARCHAR  row order within a model and method: usd_per_hour, cost ($/Mtok) or time (default usd_per_hour)
 -- returns: one row per (model, method, gpu) with a fitting configuration:
 --          price_rank, min_gpus, nodes (of gpus_per_node GPUs, the instance the price rents), usd_per_gpu_hour,

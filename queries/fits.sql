@@ -1,7 +1,7 @@
 -- The feasible configurations of one model, best first: fewest GPUs, then the most memory to spare (usable - device peak).
 -- params:  $model    VARCHAR  model key
 --          $gpu      VARCHAR  GPU key, or NULL for every GPU type
---          $limit    BIGINT   rows to return (default 20)
+--          $limit    BIGINT   rows to return (>= 1) (default 20)
 -- returns: one row per configuration (index), model, method, gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage,
 --          checkpointing, micro_batch, seq_len, device_peak_gib, spare_gib (usable - device peak), bottleneck
 WITH fitting AS (

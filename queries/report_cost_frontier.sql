@@ -1,6 +1,6 @@
 -- Cost against time to train $tokens tokens, per model: for each GPU type and GPU count the fastest layout that fits with its pipeline filled, the fleets no other fleet beats on both, and why a fleet that fits has no point.
 -- params:  $method   VARCHAR  training method (as queries name it), or NULL for any
---          $tokens   DOUBLE   tokens to train (default 1e12)
+--          $tokens   DOUBLE   tokens to train (>= 1) (default 1e12)
 -- returns: one row per (model, method, gpu, n_gpus) with a fitting layout: model_label (key and size), n_params,
 --          tokens (= $tokens), drawn (a point of the chart: a filled layout of known speed on a priced GPU), days and
 --          usd (to train $tokens), usd_per_mtok, tokens_per_gpu_s, layout, on_frontier (no other drawn fleet is both

@@ -557,14 +557,19 @@ def test_a_range_that_cannot_hold_is_a_header_error(header, says):
         parse_query("bad", f"-- A bad query.\n-- params: {header}\n-- returns: nothing\nSELECT 1;\n")
 
 
-@pytest.mark.xfail(strict=True, reason="queries/cheapest_fleet.sql and report_cost_frontier.sql do not state "
-                                       "$tokens (>= 1) yet (one line each in their headers)")
 @pytest.mark.parametrize("name", ["cheapest_fleet", "report_cost_frontier"])
 def test_every_query_refuses_a_negative_token_budget(name):
     q = read_query(name)
     required = {p.name: {**SAMPLE_PARAMS, "method": BASE_METHOD}.get(p.name) for p in q.params if not p.optional}
     with pytest.raises(UserError, match=re.escape("$tokens must be >= 1")):
         bind(q, {**required, "tokens": "-1"})
+
+
+def test_a_row_limit_below_one_is_refused():  # it reached DuckDB as LIMIT -1: a Binder error
+    q = read_query("fits")
+    required = {p.name: {**SAMPLE_PARAMS, "method": BASE_METHOD}.get(p.name) for p in q.params if not p.optional}
+    with pytest.raises(UserError, match=re.escape("$limit must be >= 1")):
+        bind(q, {**required, "limit": "-1"})
 
 
 def test_time_to_train_never_answers_in_negative_days_or_dollars(sweep_con):
