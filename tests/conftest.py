@@ -32,7 +32,8 @@ def pytest_sessionstart(session):
         reporter.write_line(line)
     else:
         print(line, flush=True)
-    if not hasattr(session.config, "workerinput") and session.config.getoption("markexpr") != "not slow":
+    options = session.config.option
+    if not hasattr(session.config, "workerinput") and options.markexpr != "not slow" and not options.collectonly:
         compile_before_the_workers(kernels)
 
 

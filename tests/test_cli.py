@@ -198,6 +198,7 @@ def test_explain_never_waits_for_a_compiler(capsys, monkeypatch):
     from engine.model import kernel
 
     warm = run(capsys, *LAUNCH)
+    monkeypatch.setattr(kernel, "loaded", lambda k: False)  # a fresh process
     monkeypatch.setattr(kernel, "cold", lambda k: True)  # a cold cache: a compile would take a minute
     monkeypatch.setattr(kernel, "fill_outputs", None)  # and the compiled kernel is never called
     assert run(capsys, *LAUNCH) == warm and warm[2] == ""  # a few rows answer in Python, with no notice
@@ -212,6 +213,7 @@ def test_many_rows_on_a_cold_cache_say_once_that_the_kernel_compiles(monkeypatch
 
     rec = resolve_case({"model": "gpt2"})[0]
     many = int(kernel.KERNEL_COMPILE_SECONDS / kernel.PYTHON_SECONDS_PER_ROW) + 1  # a compile pays off
+    monkeypatch.setattr(kernel, "loaded", lambda k: False)  # as in a fresh process
     monkeypatch.setattr(kernel, "cold", lambda k: True)
     with caplog.at_level("WARNING", logger="memsim"):
         kernel.evaluate(np.repeat(np.array([rec], dtype=RECORD), 10))

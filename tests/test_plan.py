@@ -16,6 +16,7 @@ from engine.cli import main
 from engine.configure.grid import decode
 from engine.configure.resolve import resolve_case
 from engine.dataset.chunks import SweepKernel
+from engine.model.kernel import evaluate_compiled
 from engine.model.outputs import OUTPUTS
 from tests.support import TINY_MODEL, outputs
 
@@ -145,11 +146,18 @@ def kernel_against_reference(grid, indices):
 
 
 def test_kernel_equals_reference_for_every_candidate_of_a_one_gpu_plan():
+    # every candidate against the scalar reference compiled (kernel.evaluate_compiled; tests/test_kernel.py holds the
+    # compiled reference to the Python one)
     rec, _, _ = resolve_case({**SMALL, "n_gpus": 1})
     (space,) = build_spaces(rec, [1], 2, "keep")
     grid = plan_grid(space, rec, "llama-3.1-8b", "rtx-4090")
     assert grid.total > 1000
-    kernel_against_reference(grid, range(grid.total))
+    chunk = SweepKernel(grid, compiled=True).evaluate(0, grid.total)
+    want = evaluate_compiled(np.concatenate([np.asarray(decode(grid, i)).reshape(1) for i in range(grid.total)]))
+    for name in OUTPUTS:
+        got = chunk.values(name)
+        same = (got == want[name]) | (np.isnan(got) & np.isnan(want[name])) if got.dtype.kind == "f" else got == want[name]
+        assert same.all(), f"{name} differs at {np.flatnonzero(~same)[:5]}"
 
 
 def test_kernel_equals_reference_on_candidates_of_a_multi_gpu_plan():

@@ -55,6 +55,7 @@ def test_sweep_says_what_its_time_includes_and_when_the_kernel_compiles(tmp_path
     assert re.search(r"2 configurations in [\d.]+ s of evaluating and writing \([\d.]+ M/s; [\d.]+ s in all, with reading "
                      r"the spec\): 2 valid", out), out
     monkeypatch.setattr(chunks, "uses_kernel", lambda n, kernel=None: True)  # as a large sweep does
+    monkeypatch.setattr(chunks, "loaded", lambda kernel: False)  # in a fresh process
     monkeypatch.setattr(chunks, "cold", lambda kernel: True)  # on a cold cache
     code, out, err = memsim("sweep", spec, "-o", tmp_path / "cold", "--quiet")
     assert code == 0 and "s in all, with reading the spec and compiling the kernel)" in out

@@ -15,7 +15,15 @@ import numpy as np
 
 from engine.configure.grid import FIELD_INDEX, Grid, decode
 from engine.inputs.vocabulary import RECORD
-from engine.model.kernel import KERNEL_COMPILE_SECONDS, UNSET, PlainRecord, cold, compile_notice, uses_kernel
+from engine.model.kernel import (
+    KERNEL_COMPILE_SECONDS,
+    UNSET,
+    PlainRecord,
+    cold,
+    compile_notice,
+    loaded,
+    uses_kernel,
+)
 from engine.model.levels import evaluate_one
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
 from engine.model.sweep_kernel import sweep_chunk
@@ -109,7 +117,7 @@ class SweepKernel:
     def __init__(self, grid: Grid, compiled: bool | None = None):
         self.grid = grid
         self.compiled = uses_kernel(grid.total, sweep_chunk) if compiled is None else compiled
-        self.compiles = self.compiled and cold(sweep_chunk)  # its first evaluate compiles sweep_chunk
+        self.compiles = self.compiled and not loaded(sweep_chunk) and cold(sweep_chunk)  # its first evaluate compiles sweep_chunk
         self.said = False  # ... and says so first
         axes = grid.axes
         width = max(len(a.fields) for a in axes)

@@ -62,6 +62,11 @@ def cold(kernel) -> bool:
         return True
 
 
+def loaded(kernel) -> bool:
+    """Whether this process holds `kernel`'s machine code already (compiled here, or loaded from the cache)."""
+    return bool(kernel.signatures)
+
+
 def compile_notice(kernel, seconds: float) -> None:
     """Say once, through the `memsim` logger (the CLI prints it on stderr), that `kernel` is about to compile."""
     where = getattr(getattr(kernel, "_cache", None), "_cache_path", "the numba cache")
@@ -72,7 +77,10 @@ def compile_notice(kernel, seconds: float) -> None:
 def uses_kernel(n_rows: int, kernel=None) -> bool:
     """Whether `n_rows` configurations are answered sooner by the compiled `kernel` (fill_outputs, or the sweep's
     sweep_chunk) than by the scalar reference in Python."""
-    fixed = KERNEL_COMPILE_SECONDS if cold(kernel or fill_outputs) else KERNEL_LOAD_SECONDS
+    kernel = kernel or fill_outputs
+    if loaded(kernel):  # it costs nothing more
+        return n_rows > 0
+    fixed = KERNEL_COMPILE_SECONDS if cold(kernel) else KERNEL_LOAD_SECONDS
     return n_rows * PYTHON_SECONDS_PER_ROW > fixed
 
 
@@ -112,7 +120,7 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     """The compiled kernel over every record (saying first when it has to compile)."""
     out, times = empty_outputs(len(cfg))
     if len(cfg):
-        if cold(fill_outputs):
+        if not loaded(fill_outputs) and cold(fill_outputs):
             compile_notice(fill_outputs, KERNEL_COMPILE_SECONDS)
         fill_outputs(np.asarray(cfg).view(np.recarray), out, times, RANK_ROWS, STEP_ROWS, GPU_ROWS, DEVICE_ROWS,
                      TIME_ROWS)

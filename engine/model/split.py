@@ -26,7 +26,7 @@ def degrees(c, dp_mode):
     """(dp, n_gpus) of a layout: dp = n_gpus / (tp*pp*cp) unless given (dp_mode 0); n_gpus = dp*tp*pp*cp when
     only dp is (1); both given (2): kept, and a mismatch makes the row invalid (CONFIG.md, Parallel layout)."""
     group = c.tp * c.pp * c.cp
-    if dp_mode == 0:
+    if dp_mode == 0 or c.dp == 0:  # dp = 0 in a row is "derive it", as the default is
         n_gpus = c.n_gpus if c.n_gpus > 0 else group
         return max(1, n_gpus // group), n_gpus
     if dp_mode == 1:
