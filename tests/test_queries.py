@@ -330,7 +330,7 @@ BAD_INPUT = [
     (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "n_gpu=8"], "accepted: $model VARCHAR"),
     (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8"], "did you mean: llama-3.1-8b"),
     (["query", "fits", "--sweep", "{sweep}", "--param", "model"], "--param takes name=value"),
-    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "limit=-1"], "query fits failed: Binder Error"),
+    (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", "limit=-1"], "$limit must be >= 1"),
     (["query", "fits", "--sweep", "{sweep}", "--param", "model=llama-3.1-8b", "--param", f"limit={2**63}"],
      "$limit takes a BIGINT"),
     (["query", "time_to_train", "--sweep", "{sweep}", "--param", "tokens=nan"], "$tokens takes a DOUBLE"),

@@ -67,8 +67,7 @@ def interrupts_never_swallowed():
 
     def hook(unraisable):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
-            threading.Timer(0.001, _thread.interrupt_main, (signum,)).start()
+            redeliver(signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT)
         else:
             previous(unraisable)
 
@@ -77,6 +76,18 @@ def interrupts_never_swallowed():
         yield
     finally:
         sys.unraisablehook = previous
+
+
+def redeliver(signum: int) -> None:
+    """Deliver `signum` to the main flow from a helper thread, a moment from now. On a loaded machine the thread can
+    start and deliver before Thread.start() has returned here: that delivery lands in this loop, which catches it and
+    sends it again, so none is spent inside the unraisable hook (where Python would print and drop it)."""
+    while True:
+        try:
+            threading.Timer(0.01, _thread.interrupt_main, (signum,)).start()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def one_line(text: str) -> str:
