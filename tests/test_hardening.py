@@ -391,7 +391,7 @@ def values_of(name: str, wild: bool = True):
 NAMES = [f.name for f in INPUT_FIELDS]
 CONFIGS = sorted(os.listdir(os.path.dirname(GPT2_CONFIG)))
 FEW = settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-MANY = settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
 def toml_value(v) -> str:
