@@ -204,6 +204,7 @@ def test_explain_never_waits_for_a_compiler(capsys, monkeypatch):
     assert run(capsys, *LAUNCH) == warm and warm[2] == ""  # a few rows answer in Python, with no notice
 
 
+@pytest.mark.slow  # it runs the compiled kernel: the fast tier never compiles
 def test_many_rows_on_a_cold_cache_say_once_that_the_kernel_compiles(monkeypatch, caplog):
     import numpy as np
 

@@ -13,6 +13,8 @@ from engine.model.kernel import UNSET, evaluate_compiled, evaluate_reference
 from engine.model.outputs import OUTPUTS
 from tests.support import outputs
 
+pytestmark = pytest.mark.slow  # the compiled kernels: the fast tier never waits for a compiler
+
 CHOICES = dict(
     precision=["fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8"],
     optimizer=["adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"],

@@ -26,6 +26,8 @@ from engine.model.kernel import UNSET, evaluate_compiled
 from engine.model.outputs import OUTPUTS
 from tests.support import outputs
 
+pytestmark = pytest.mark.slow  # the compiled kernels: the fast tier never waits for a compiler
+
 HUGE = dict(seq_len=[2**10, 2**17, 2**24, 2**31], micro_batch=[1, 64, 2**20], grad_accum=[1, 2**10, 2**20],
             n_gpus=[1, 2**12, 2**24], tp=[1, 8, 2**12], pp=[1, 16, 2**12], cp=[1, 2**12], ep=[1, 2**12],
             lora_rank=[0, 2**10, 2**20], zero_stage=[0, 1, 3], attention=["eager", "flash", "sdpa_math"],

@@ -20,6 +20,8 @@ from engine.model.kernel import evaluate_compiled
 from engine.model.outputs import OUTPUTS
 from tests.support import TINY_MODEL, outputs
 
+pytestmark = pytest.mark.slow  # the compiled kernels: the fast tier never waits for a compiler
+
 SMALL = {**TINY_MODEL, "n_layers": 4, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128, "vocab": 256,
          "seq_len": 256, "gpu": "rtx-4090"}
 
