@@ -185,13 +185,13 @@ def test_a_killed_shard_leaves_nothing_and_its_rerun_completes_the_dataset(spec,
 
     monkeypatch.setattr(PartWriter, "write", killed_after_first_chunk)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, out, shard=(1, 4), chunk_rows=1000, **QUIET)
+        run_sweep(spec, out, shard=(1, 4), chunk_rows=500, **QUIET)
     monkeypatch.undo()
-    assert calls == [1000, 1000]
+    assert calls == [500, 500]
     assert not list(out.glob("part-00001-*"))  # neither the part nor its .tmp
     code, report, _ = memsim("verify", out)
     assert code == 2
-    assert "shard 1/4 [4,860, 9,720): missing" in report
+    assert "shard 1/4 [1,944, 3,888): missing" in report
     assert f"memsim sweep {out / '_spec.toml'} --shard 1/4 -o {out}" in report
 
     assert memsim("sweep", out / "_spec.toml", "--shard", "1/4", "-o", out, "--quiet")[0] == 0  # the printed re-run line
@@ -234,7 +234,7 @@ def test_verify_catches_a_truncated_part(memsim, copy_of_four):
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     code, out, _ = memsim("verify", copy_of_four)
     assert code == 2
-    assert "shard 1/4 [4,860, 9,720): the part file is unreadable (truncated or corrupt)" in out
+    assert "shard 1/4 [1,944, 3,888): the part file is unreadable (truncated or corrupt)" in out
 
 
 def test_verify_catches_a_part_without_marker(memsim, copy_of_four):

@@ -46,6 +46,7 @@ def spec_file(tmp_path, axes: str, extra: str = ""):
     return path
 
 
+@pytest.mark.slow  # its second sweep runs the compiled kernel
 def test_sweep_says_what_its_time_includes_and_when_the_kernel_compiles(tmp_path, monkeypatch, memsim):
     from engine.dataset import chunks
 
