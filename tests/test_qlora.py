@@ -81,6 +81,7 @@ def measured():
             {"new": {}, "old": {"quant_saves_input": True}, "nodq": {"base_quant": "nf4_nodq"}}.items()}
 
 
+@pytest.mark.slow  # torch and bitsandbytes: the torch tier
 def test_harness_runs_bitsandbytes_and_the_old_era_keeps_the_inputs(measured):
     new, old = measured["new"], measured["old"]
     # blocks 1 and 2 keep 2h (q/k/v and gate/up inputs) + f (down input) in bf16; block 0's q/k/v input comes from the
@@ -90,6 +91,7 @@ def test_harness_runs_bitsandbytes_and_the_old_era_keeps_the_inputs(measured):
     assert old["measured_saved_activation_bytes"] - new["measured_saved_activation_bytes"] == kept
 
 
+@pytest.mark.slow  # torch and bitsandbytes: the torch tier
 def test_harness_weights_follow_the_quantization(measured):
     from engine.checks.measure.quantized import BLOCKSIZE
 
