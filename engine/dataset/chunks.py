@@ -24,7 +24,7 @@ from engine.model.kernel import (
     loaded,
     uses_kernel,
 )
-from engine.model.levels import evaluate_one
+from engine.model.levels import device_terms, gpu_terms, rank_terms, step_terms
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
 from engine.model.sweep_kernel import sweep_chunk
 
@@ -186,15 +186,27 @@ class SweepKernel:
         return Chunk(self.grid, start, count, rank, gpu, step, device, times, self.rows_per_rank, self.rows_per_step)
 
     def evaluate_in_python(self, start: int, count: int, rank, gpu, step, device, times) -> None:
-        """What sweep_chunk stores, from the scalar reference: each row decoded the obvious way (grid.decode) and
-        evaluated whole (levels.evaluate_one); a rank or step slot is written by each of its rows, alike."""
+        """What sweep_chunk stores, from the scalar reference, factored as the kernel factors it: each row decoded
+        the obvious way (grid.decode), levels.rank_terms once per rank slot, gpu_terms once per device combination
+        of that slot, step_terms once per step slot, device_terms per row."""
         first_rank, first_step = start // self.rows_per_rank, start // self.rows_per_step
+        last_rank = last_step = -1
+        r = s = None
+        gpus: dict = {}
         for i, index in enumerate(range(start, start + count)):
-            rec = decode(self.grid, index)
-            r, s, g, d = evaluate_one(PlainRecord(rec))
+            rec = PlainRecord(decode(self.grid, index))
             rank_slot = index // self.rows_per_rank - first_rank
-            rank[:, rank_slot] = (*r.columns, rec.dp, rec.n_gpus)
-            gpu[:, rank_slot * self.rows_per_step + index % self.rows_per_step] = g.columns
-            step[:, index // self.rows_per_step - first_step] = s.columns
+            step_slot = index // self.rows_per_step - first_step
+            g = index % self.rows_per_step
+            if rank_slot != last_rank:
+                r, gpus, last_rank = rank_terms(rec), {}, rank_slot
+                rank[:, rank_slot] = (*r.columns, rec.dp, rec.n_gpus)
+            if step_slot != last_step:
+                s, last_step = step_terms(rec, r), step_slot
+                step[:, step_slot] = s.columns
+            if g not in gpus:
+                gpus[g] = gpu_terms(rec, r)
+                gpu[:, rank_slot * self.rows_per_step + g] = gpus[g].columns
+            d = device_terms(r, s, gpus[g])
             device[:, i] = d.columns
             times[:, i] = d.times
