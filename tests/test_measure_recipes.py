@@ -2,6 +2,7 @@
 follow the mechanism, and the committed recipe set reproduces."""
 
 import csv
+import os
 import warnings
 from pathlib import Path
 
@@ -251,10 +252,14 @@ def test_every_knob_case_has_its_baseline():
             assert any(r["knob"] == "baseline" and r["model"] == case["model"] for r in rows.values())
 
 
+# The knobs whose harness paths differ most (an op policy, Liger's kernel, hooks in backward, saved-tensor hooks,
+# torchao, a preset); MEMSIM_REPRODUCE_ALL=1 re-measures every knob (the suite's ten minutes hold these six).
+KNOBS = ["selective_op", "loss_fused_linear", "optimizer_in_backward", "activation_offload", "fp8", "recipe"]
+EVERY_KNOB = [*KNOBS, "checkpoint_every", "loss_chunked", "optimizer_impl", "zero_grad"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("knob", ["selective_op", "checkpoint_every", "loss_chunked", "loss_fused_linear",
-                                  "optimizer_impl", "optimizer_in_backward", "activation_offload", "zero_grad",
-                                  "fp8", "recipe"])
+@pytest.mark.parametrize("knob", EVERY_KNOB if os.environ.get("MEMSIM_REPRODUCE_ALL") == "1" else KNOBS)
 def test_committed_row_reproduces_exactly(knob):
     row = next(r for r in _rows() if r["knob"] == knob)
     have = versions()
