@@ -33,7 +33,8 @@ def _compiled_sources_digest() -> str:
     """A digest of every file the compiled kernels are built from (numba's cache only watches the file of
     the jitted function itself, not the formulas it calls, so a stale kernel could outlive a formula edit)."""
     here = Path(__file__).resolve().parent
-    files = sorted(here.glob("model/*.py")) + [here / "inputs" / n for n in ("vocabulary.py", "model_fields.py", "codes.py")]
+    inputs = ("vocabulary.py", "model_fields.py", "codes.py", "outputs.py")
+    files = sorted(here.glob("model/*.py")) + [here / "inputs" / n for n in inputs]
     files += [here / "catalogs" / "conventions.py"]
     files += [DATA_DIR / "optimizers.toml", DATA_DIR / "frameworks.toml"]  # compile-time constants of the kernels
     digest = hashlib.sha256()

@@ -111,3 +111,21 @@ def test_generator_refuses_an_input_on_no_section(monkeypatch):
 def test_categorical_input_lists_its_values_with_their_meaning():
     row = next(line for line in docs.page().splitlines() if line.startswith("| `checkpointing` |"))
     assert "`selective_op` (PyTorch selective activation checkpointing" in row and "`none`" in row
+
+
+def test_output_registry_is_the_sweep_schema_and_the_outputs_view(sweep_dir, sweep_con):
+    """A sweep's Parquet columns carry each output's registered type and nullability, and the SQL view `outputs`
+    lists every output (engine/inputs/outputs.py is the one place they are declared)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.inputs.outputs import OUTPUT_COLUMNS
+
+    schema = pq.read_schema(next(sweep_dir.glob("part-*.parquet")))
+    arrow = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+    for o in OUTPUT_COLUMNS:
+        field = schema.field(o.name)
+        assert (pa.types.is_dictionary(field.type) if o.dtype == "category" else field.type == arrow[o.dtype]), o
+        assert field.nullable == o.nullable, o
+    listed = sweep_con.sql("SELECT name, unit, level FROM outputs ORDER BY name").fetchall()
+    assert listed == sorted((o.name, o.unit, o.level) for o in OUTPUT_COLUMNS)

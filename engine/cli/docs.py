@@ -1,9 +1,9 @@
 """The vocabulary page, docs/config.md, printed from the code: `python -m engine.cli.docs > docs/config.md`.
 
 Sections in CONFIG.md's order: catalog keys (data/models.toml, data/gpus.toml), inputs (engine/inputs/vocabulary.py
-and model_fields.py: name, flag, kind, accepted values, default, bounds, help), outputs (engine/model/outputs.py
-OUTPUTS, their meaning from the field comments and docstrings of the tuples that compute them), the columns a
-sweep adds, and the sweep spec (engine/configure/spec.py). tests/test_docs.py checks that the committed page is what
+and model_fields.py: name, flag, kind, accepted values, default, bounds, help), outputs (the registry
+engine/inputs/outputs.py: type, unit, level, meaning, source), the columns a sweep adds, and the sweep spec
+(engine/configure/spec.py). tests/test_docs.py checks that the committed page is what
 this prints, so a change to the vocabulary that does not regenerate the page fails the tests.
 """
 
@@ -17,7 +17,7 @@ from engine.cli.flags import DERIVED_DEFAULTS, flag
 from engine.configure.spec import OUTPUT_OPTIONS, SPEC_TABLES
 from engine.inputs import vocabulary as v
 from engine.inputs.codes import CHOICES, INVALID_REASONS, names
-from engine.model import outputs
+from engine.inputs.outputs import LEVELS, OUTPUT_COLUMNS
 
 REGENERATE = "python -m engine.cli.docs > docs/config.md"
 
@@ -90,12 +90,6 @@ def trailing_comments(cls) -> dict[str, str]:
     return {name: comment.strip() for name, comment in found}
 
 
-def docstring(cls) -> str:
-    """A class's own docstring (not the one NamedTuple writes, `Name(field, ...)`), on one line."""
-    doc = inspect.getdoc(cls) or ""
-    return "" if doc.startswith(f"{cls.__name__}(") else " ".join(doc.split())
-
-
 def kind_of(field) -> str:
     return "choice" if v.is_choice(field) else field.kind
 
@@ -146,46 +140,25 @@ def preset_lines() -> list[str]:
     return lines + table(["recipe", "sets", "source"], rows) + [""]
 
 
-def output_tuples() -> list[type]:
-    """The NamedTuples whose fields are the output columns (the *Columns tuples engine/model/outputs.py reads)."""
-    found = {id(t): t for t in vars(outputs).values() if isinstance(t, type) and issubclass(t, tuple)
-             and hasattr(t, "_fields") and set(t._fields) & set(outputs.OUTPUTS)}
-    first = {name: i for i, name in enumerate(outputs.OUTPUTS)}
-    return sorted(found.values(), key=lambda t: min(first.get(n, len(first)) for n in t._fields))
-
-
-def column_meaning(t: type, name: str) -> str:
-    """The field's trailing comment, less the kernel's code type it names (the page gives the strings)."""
-    comment = trailing_comments(t).get(name, "")
-    return re.sub(r"^an? [A-Z]\w* code(, 0 when valid)?:? ?", "", comment)
-
-
-def output_type(name: str, annotation) -> str:
-    if name == "invalid_reason":
+def output_type(o) -> str:
+    """A column's type as a reader of the Parquet sees it (categories spelled out)."""
+    if o.name == "invalid_reason":
         return "str or NULL"
-    if name in outputs.CODE_COLUMNS:
-        return "str: " + ", ".join(code(n) for n in names(CHOICES[name]))
-    if name in outputs.BOOL_COLUMNS:
-        return "bool"
-    return "float64" if annotation is float else "int64"
+    if o.dtype == "category":
+        return "str: " + ", ".join(code(n) for n in names(CHOICES[o.name]))
+    return o.dtype
 
 
 def output_lines() -> list[str]:
-    tuples = output_tuples()
-    owner = {name: t for t in tuples for name in t._fields}
-    missing = [n for n in outputs.OUTPUTS if n not in owner]
-    assert not missing, f"output columns no tuple of engine/model/outputs.py computes: {missing}"
     lines = ["## Outputs (per GPU, for the most loaded rank)", "",
              ("Bytes are int64. On a row that cannot run (`valid` false) the outputs that need a runnable layout "
-             "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. Each column is a field of "
-             "one of these tuples (engine/model/levels.py and the modules beside it):"), ""]
-    lines += [f"- `{t.__name__}` ({outputs.LEVEL_OF[t._fields[0]]} level): {docstring(t)}" for t in tuples]
-    rows = []
-    for name in outputs.OUTPUTS:
-        t = owner[name]
-        rows.append([code(name), output_type(name, t.__annotations__.get(name)), f"`{t.__name__}`",
-                     column_meaning(t, name)])
-    lines += [""] + table(["column", "type", "computed in", "meaning"], rows) + [""]
+             "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. Each column is computed at one "
+             "level of engine/model/levels.py (the registry engine/inputs/outputs.py lists them); "
+             "`compact = true` sweeps keep the columns marked compact:"), ""]
+    lines += [f"- {code(level)}: {text}" for level, text in LEVELS.items()]
+    rows = [[code(o.name), output_type(o), o.unit, o.level, "yes" if o.compact else "", o.meaning, o.source]
+            for o in OUTPUT_COLUMNS]
+    lines += [""] + table(["column", "type", "unit", "level", "compact", "meaning", "source"], rows) + [""]
     reasons = [code(r) for code_, r in INVALID_REASONS.items() if code_ != 0]
     lines += ["`invalid_reason` is one of: " + "; ".join(reasons) + ".", ""]
     lines += ["### Sweep columns", "", "A sweep's rows hold these beside the axes it sweeps and the outputs:", ""]

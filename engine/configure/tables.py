@@ -1,4 +1,5 @@
-"""The catalogs as tables for SQL: one row per model (its dims and parameter count) and one per GPU.
+"""The catalogs as tables for SQL: one row per model (its dims and parameter count), one per GPU, and one per
+output column (the registry engine/inputs/outputs.py: what each column of `sweep` means, in what unit, from where).
 
 The models table counts each model's parameters from its dims where the catalog gives no published count, so it
 sits above the model (engine.model.params), while the catalogs themselves (engine.catalogs) sit below it.
@@ -8,6 +9,7 @@ import polars as pl
 
 from engine.catalogs.catalog import load_gpus, load_models, model_fields, model_record
 from engine.catalogs.schema import GPU_SCHEMA, MODEL_SCHEMA
+from engine.inputs.outputs import OUTPUT_COLUMNS, Output
 from engine.model.params import param_count
 
 
@@ -46,3 +48,15 @@ def gpus_table() -> pl.DataFrame:
     Int64
     """
     return _table("gpu", load_gpus(), GPU_SCHEMA)
+
+
+def outputs_table() -> pl.DataFrame:
+    """One row per output column: name, dtype, unit, level, nullable, compact, meaning, source.
+
+    Examples
+    --------
+    >>> outputs_table().filter(pl.col("name") == "fits")["dtype"].item()
+    'bool'
+    """
+    return pl.DataFrame([o._asdict() for o in OUTPUT_COLUMNS], schema={name: pl.String for name in Output._fields}
+                        | {"nullable": pl.Boolean, "compact": pl.Boolean})

@@ -11,26 +11,15 @@ import pyarrow as pa
 
 from engine.dataset.chunks import Chunk
 from engine.inputs.codes import CHOICES, INVALID_REASONS, Invalid, names
-from engine.model.outputs import (
-    BOOL_COLUMNS,
-    CODE_COLUMNS,
-    DEVICE_COLUMNS,
-    NULL,
-    OUTPUTS,
-    RANK_COLUMNS,
-    STEP_COLUMNS,
-    TIME_COLUMNS,
-)
+from engine.model.outputs import BOOL_COLUMNS, CODE_COLUMNS, NULL, OUTPUTS, TIME_COLUMNS, names_where
 
 REASON_STRINGS = [INVALID_REASONS[m] for m in Invalid]
 # `[output] compact = true`: the columns feasibility questions need, for sweeps too large to keep every
 # component (about half the bytes; breakdown-style queries need full rows).
-# Columns that may hold NULL: what needs a runnable layout, the model states of a configuration too large to
-# count (invalid_reason TOO_LARGE), invalid_reason on valid rows. The others are declared non-nullable in the
+COMPACT_OUTPUTS = names_where(compact=True)
+# Columns that may hold NULL (engine/inputs/outputs.py says which); the others are declared non-nullable in the
 # Parquet schema, which spares the writer a definition level per value.
-NULLABLE = (set(RANK_COLUMNS) | set(STEP_COLUMNS) | set(DEVICE_COLUMNS) | set(TIME_COLUMNS)) - {"valid"}
-COMPACT_OUTPUTS = ["device_peak_bytes", "peak_phase", "capacity_bytes", "usable_bytes", "fits", "bottleneck",
-                   "valid", "invalid_reason", "tokens_per_gpu_s", "cost_per_mtok"]
+NULLABLE = set(names_where(nullable=True))
 
 
 def categorical(codes: np.ndarray, spellings: list[str], nulls: np.ndarray | None = None) -> pa.Array:

@@ -1,4 +1,5 @@
-"""DuckDB over a sweep dataset: the views `sweep`, `models` and `gpus` that every query reads.
+"""DuckDB over a sweep dataset: the views `sweep`, `models` and `gpus` that every query reads, and `outputs`, what
+each output column of `sweep` means (engine/inputs/outputs.py).
 
 `sweep` reads exactly the part files the completion markers list (the markers are the truth of a dataset,
 engine/dataset/store.py): never a glob, so a stray part, a half-written temporary or a path with `*`, `?` or
@@ -203,7 +204,7 @@ def lock_down(con: duckdb.DuckDBPyConnection) -> None:
 
 def connect(sweep_dir: "str | Path | SweepParts | None" = None, con: duckdb.DuckDBPyConnection | None = None,
             partial: bool = False, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the catalog views, the macros of queries/_macros.sql, and when a dataset is given
+    """A DuckDB connection with the catalog views (and `outputs`), the macros of queries/_macros.sql, and when a dataset is given
     the `sweep` view over its complete parts and the table macros of queries/_views.sql."""
     con = con or duckdb.connect()
     con.execute((QUERIES_DIR / "_macros.sql").read_text())
@@ -211,6 +212,8 @@ def connect(sweep_dir: "str | Path | SweepParts | None" = None, con: duckdb.Duck
     con.register("gpus_arrow", tables.gpus_table().to_arrow())
     con.execute("CREATE OR REPLACE VIEW models AS SELECT * FROM models_arrow")
     con.execute("CREATE OR REPLACE VIEW gpus AS SELECT * FROM gpus_arrow")
+    con.register("outputs_arrow", tables.outputs_table().to_arrow())
+    con.execute("CREATE OR REPLACE VIEW outputs AS SELECT * FROM outputs_arrow")
     if sweep_dir is not None:
         parts = sweep_dir if isinstance(sweep_dir, SweepParts) else sweep_parts(sweep_dir, partial)
         try:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.inputs.codes import Component, Invalid
+from engine.inputs.outputs import level_fields
 from engine.model.activations import (
     has_dropout,
     head_bytes_per_token,
@@ -68,12 +69,11 @@ NO_WORK = Work(*[np.nan] * len(Work._fields))  # a configuration that cannot run
 NO_TIMES = Times(*[np.nan] * len(Times._fields))
 
 
-class RankColumns(NamedTuple):
-    """Output columns the workload and the GPU do not change: the model states resident on one GPU."""
-
-    weight_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
+# The output columns each level computes, as the registry engine/inputs/outputs.py lists them.
+RankColumns = NamedTuple("RankColumns", level_fields("rank"))
+StepColumns = NamedTuple("StepColumns", level_fields("step"))
+GpuColumns = NamedTuple("GpuColumns", level_fields("gpu"))
+DeviceColumns = NamedTuple("DeviceColumns", level_fields("device"))
 
 
 class Rank(NamedTuple):
@@ -110,6 +110,9 @@ class Rank(NamedTuple):
     last_params: int
 
 
+NO_RANK_TERMS = (0,) * (len(Rank._fields) - 2)  # a layout too large to count: every term after columns and reason
+
+
 @formula
 def stage_params_of_ranks(c):
     """The most loaded stage's non-expert parameters, then those of the first, middle and last ranks; zeros when
@@ -125,63 +128,47 @@ def rank_terms(c):
     """The per-rank quantities of a model, method and layout (no workload, no GPU)."""
     reason = layout_reason(c).value
     if reason == Invalid.TOO_LARGE:  # nothing can be counted without wrapping
-        zeros = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        return Rank(RankColumns(NULL, NULL, NULL), reason, *zeros)
+        return Rank(RankColumns(NULL, NULL, NULL), reason, *NO_RANK_TERMS)
     params = params_per_gpu(c)
     trainable = trainable_params_per_gpu(c)
     block = block_params_per_gpu(c)
-    columns = RankColumns(device_weight_bytes(c), device_grad_bytes(c), device_optimizer_bytes(c))
+    columns = RankColumns(weight_bytes=device_weight_bytes(c), grad_bytes=device_grad_bytes(c),
+                          optimizer_bytes=device_optimizer_bytes(c))
     stage, first, middle, last = stage_params_of_ranks(c)
     moe_split = split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0
     return Rank(
-        columns,
-        reason,
-        host_states_bytes(c),
-        params,
-        trainable,
-        block,
-        autocast_cache_bytes(c, params),
-        gathered_bytes(c, params, block) + dequant_bytes(c),
-        prefetch_bytes(c, block),
-        reduce_scatter_bytes(c, block, trainable),
-        end_of_backward_bytes(c, params, block, trainable),
-        optimizer_step_bytes(c, trainable),
-        ddp_bucket_bytes(c, trainable),
-        replicated_bytes_per_token(c),
-        split_bytes_per_token(c, False),
-        moe_split,
-        scores_bytes_per_key(c),
-        head_bytes_per_token(c),
-        projection_inputs_bytes_per_token(c),
-        head_input_bytes_per_token(c),
-        selective_op_replicated_bytes_per_token(c, stream_bytes(c), c.d_ff),
-        selective_op_split_bytes_per_token(c, c.d_ff),
-        selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),
-        selective_op_scores_bytes_per_key(c),
-        compiled_replicated_bytes_per_token(c, stream_bytes(c), has_dropout(c)),
-        compiled_split_bytes_per_token(c, c.d_ff),
-        compiled_scores_bytes_per_key(c, has_dropout(c)),
-        stage,
-        first,
-        middle,
-        last,
+        columns=columns,
+        reason=reason,
+        host_states_bytes=host_states_bytes(c),
+        params=params,
+        trainable_params=trainable,
+        block_params=block,
+        cast_bytes=autocast_cache_bytes(c, params),
+        gather_bytes=gathered_bytes(c, params, block) + dequant_bytes(c),
+        prefetch_bytes=prefetch_bytes(c, block),
+        reduce_bytes=reduce_scatter_bytes(c, block, trainable),
+        end_bytes=end_of_backward_bytes(c, params, block, trainable),
+        step_bytes=optimizer_step_bytes(c, trainable),
+        bucket_bytes=ddp_bucket_bytes(c, trainable),
+        replicated_per_token=replicated_bytes_per_token(c),
+        split_per_token=split_bytes_per_token(c, False),
+        moe_split_per_token=moe_split,
+        scores_per_key=scores_bytes_per_key(c),
+        head_per_token=head_bytes_per_token(c),
+        inputs_per_token=projection_inputs_bytes_per_token(c),
+        head_input_per_token=head_input_bytes_per_token(c),
+        sac_replicated_per_token=selective_op_replicated_bytes_per_token(c, stream_bytes(c), c.d_ff),
+        sac_split_per_token=selective_op_split_bytes_per_token(c, c.d_ff),
+        sac_moe_split_per_token=selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),
+        sac_scores_per_key=selective_op_scores_bytes_per_key(c),
+        compiled_replicated_per_token=compiled_replicated_bytes_per_token(c, stream_bytes(c), has_dropout(c)),
+        compiled_split_per_token=compiled_split_bytes_per_token(c, c.d_ff),
+        compiled_scores_per_key=compiled_scores_bytes_per_key(c, has_dropout(c)),
+        stage_params=stage,
+        first_params=first,
+        middle_params=middle,
+        last_params=last,
     )
-
-
-class StepColumns(NamedTuple):
-    """Output columns of one training step's peak (NULL where the configuration cannot run)."""
-
-    valid: int
-    invalid_reason: int  # an Invalid code, 0 when valid
-    activation_bytes: int  # saved for backward, live at the peak
-    temp_bytes: int  # transient buffers live at the peak
-    allocated_peak_bytes: int  # torch.cuda.max_memory_allocated()
-    allocator_slack_bytes: int  # reserved - allocated: the caching allocator's rounding and fragmentation
-    reserved_peak_bytes: int  # torch.cuda.max_memory_reserved()
-    peak_phase: int  # a Phase code
-    peak_grad_bytes: int  # gradients live at the peak
-    peak_optimizer_bytes: int  # optimizer states live at the peak
-    host_bytes: int  # host RAM the offload needs per GPU: offloaded states and activations
 
 
 class Step(NamedTuple):
@@ -212,25 +199,21 @@ def step_terms(c, r):
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
-        columns = StepColumns(valid, reason, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+        columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=NULL, temp_bytes=NULL,
+                              allocated_peak_bytes=NULL, reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL,
+                              peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
     p = peak(c, r)
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes)
     grads = r.columns.grad_bytes if p.grads_live else 0
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
-    columns = StepColumns(valid, reason, p.activation_bytes, p.temp_bytes, p.allocated_bytes, slack,
-                          p.allocated_bytes + slack, p.phase, grads, optimizer, host)
+    columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,
+                          temp_bytes=p.temp_bytes, allocated_peak_bytes=p.allocated_bytes,
+                          reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
+                          peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
     return Step(columns, True, step_work(c, r), largest, largest_bytes)
-
-
-class GpuColumns(NamedTuple):
-    """Output columns of one GPU type for a layout: what it offers and what lives on it beside the tensors."""
-
-    overhead_bytes: int  # CUDA context, cuBLAS workspace, NCCL buffers
-    capacity_bytes: int
-    usable_bytes: int  # capacity * (1 - headroom): what the job may use
 
 
 class Gpu(NamedTuple):
@@ -267,15 +250,8 @@ def host_ram_per_gpu(c):
 @formula
 def gpu_terms(c, r):
     """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
-    return Gpu(GpuColumns(overhead_bytes(c), c.capacity_bytes, usable_bytes(c)), host_ram_per_gpu(c), gpu_rates(c, r))
-
-
-class DeviceColumns(NamedTuple):
-    """Output columns of one configuration on one GPU: the step's peak beside that GPU's overheads."""
-
-    device_peak_bytes: int  # reserved + overhead: what nvidia-smi shows at the peak
-    fits: int
-    bottleneck: int  # a Component code: the largest of the tensors' components, or the overhead
+    columns = GpuColumns(overhead_bytes=overhead_bytes(c), capacity_bytes=c.capacity_bytes, usable_bytes=usable_bytes(c))
+    return Gpu(columns, host_ram_per_gpu(c), gpu_rates(c, r))
 
 
 class Device(NamedTuple):
@@ -288,13 +264,14 @@ def device_terms(r, s, g):
     """The step's peak on this GPU: device peak, whether it fits, and what dominates."""
     if not s.runs:
         fits = 0 if s.columns.valid == 0 else NULL  # no dims: unknown
-        return Device(DeviceColumns(NULL, fits, NULL), NO_TIMES)
+        return Device(DeviceColumns(device_peak_bytes=NULL, fits=fits, bottleneck=NULL), NO_TIMES)
     overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead
     host_fits = g.host_ram_bytes == 0 or s.columns.host_bytes <= g.host_ram_bytes  # 0: unknown, no constraint
     fits = int(device <= g.columns.usable_bytes and host_fits)
     bottleneck = Component.OVERHEAD.value if overhead > s.largest_bytes else s.largest
-    return Device(DeviceColumns(device, fits, bottleneck), device_times(s.work, g.rates))
+    columns = DeviceColumns(device_peak_bytes=device, fits=fits, bottleneck=bottleneck)
+    return Device(columns, device_times(s.work, g.rates))
 
 
 @formula

@@ -41,16 +41,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine.inputs.outputs import level_fields
 from engine.model.common import formula
 
 
-class Times(NamedTuple):
-    """Output columns of time and cost (NaN where the configuration cannot run, or no price is known)."""
-
-    step_time_s: float
-    tokens_per_gpu_s: float
-    mfu: float
-    cost_per_mtok: float
+Times = NamedTuple("Times", level_fields("time"))  # the time and cost outputs: engine/inputs/outputs.py
 
 
 @formula
@@ -80,7 +75,7 @@ def device_times(w, g):
     Per row, so branch-light: matmuls on their roofline, then the attention core and the memory-bound kernels,
     the collectives that are exposed and those that hide behind the compute, the bubble, the optimizer."""
     if not (w.matmul_flops > 0.0 and g.s_per_matmul_flop > 0.0 and g.s_per_hbm_byte > 0.0):
-        return Times(np.nan, np.nan, np.nan, np.nan)
+        return Times(step_time_s=np.nan, tokens_per_gpu_s=np.nan, mfu=np.nan, cost_per_mtok=np.nan)
     matmuls = slower(w.matmul_flops * g.s_per_matmul_flop, w.matmul_bytes * g.s_per_hbm_byte)
     if w.expert_flops > 0.0:
         matmuls += slower(w.expert_flops * g.s_per_matmul_flop, w.expert_bytes * g.s_per_hbm_byte)
@@ -96,4 +91,5 @@ def device_times(w, g):
     step = stage + data_parallel + w.optimizer_bytes * g.s_per_hbm_byte + w.offload_s
     tokens_per_gpu_s = w.tokens_per_gpu / step
     mfu = w.model_flops_per_token * tokens_per_gpu_s * g.s_per_peak_flop
-    return Times(step, tokens_per_gpu_s, mfu, g.usd_per_s * step * w.gpu_s_per_mtok)
+    return Times(step_time_s=step, tokens_per_gpu_s=tokens_per_gpu_s, mfu=mfu,
+                 cost_per_mtok=g.usd_per_s * step * w.gpu_s_per_mtok)
