@@ -1,6 +1,16 @@
 -- Table macros over the `sweep` view that several queries share; engine/dataset/views.py runs this file once
 -- the view exists. Each takes the queries' filters as arguments (NULL: any), so DuckDB filters before it groups.
 
+-- The rows that can run and fit, narrowed by the filters most questions take (NULL: any): fits.sql, min_gpus.sql,
+-- compare_gpus.sql, frontier.sql, cheapest_fleet.sql and the macros below.
+CREATE OR REPLACE MACRO fitting_rows(model_key, gpu_key, at_seq_len) AS TABLE
+    SELECT *
+    FROM sweep
+    WHERE valid AND fits
+      AND (model_key IS NULL OR model = model_key)
+      AND (gpu_key IS NULL OR gpu = gpu_key)
+      AND (at_seq_len IS NULL OR seq_len = at_seq_len);
+
 -- The fewest-GPU layout that fits, per model, training method and GPU type (ties: the lower device peak, then
 -- the first in sweep order), with every memory component at its peak: breakdown.sql, report_breakdown.sql.
 CREATE OR REPLACE MACRO fewest_gpu_layouts(model_key, gpu_key, at_n_gpus, method_name) AS TABLE
@@ -17,11 +27,8 @@ CREATE OR REPLACE MACRO fewest_gpu_layouts(model_key, gpu_key, at_n_gpus, method
                  'overhead_bytes': overhead_bytes, 'device_peak_bytes': device_peak_bytes,
                  'capacity_bytes': capacity_bytes, 'usable_bytes': usable_bytes},
                 (n_gpus, device_peak_bytes, index))                         AS c
-    FROM sweep
-    WHERE valid AND fits
-      AND (model_key IS NULL OR model = model_key)
-      AND (gpu_key IS NULL OR gpu = gpu_key)
-      AND (at_n_gpus IS NULL OR n_gpus = at_n_gpus)
+    FROM fitting_rows(model_key, gpu_key, NULL)
+    WHERE (at_n_gpus IS NULL OR n_gpus = at_n_gpus)
       AND (method_name IS NULL OR training_method(precision, optimizer, framework, lora_rank, base_quant, offload) = method_name)
     GROUP BY ALL;
 
@@ -54,10 +61,7 @@ CREATE OR REPLACE MACRO largest_that_fits(axis, model_key, gpu_key, held_value) 
             *,
             CASE axis WHEN 'micro_batch' THEN micro_batch ELSE seq_len END  AS grown,
             CASE axis WHEN 'micro_batch' THEN seq_len ELSE micro_batch END  AS held
-        FROM sweep
-        WHERE valid AND fits
-          AND (model_key IS NULL OR model = model_key)
-          AND (gpu_key IS NULL OR gpu = gpu_key)
+        FROM fitting_rows(model_key, gpu_key, NULL)
     )
     SELECT
         model,

@@ -27,10 +27,7 @@ fitting AS (
         pp = 1 OR grad_accum >= pp                                          AS filled,
         concat_ws(' ', n_gpus || ' GPUs', 'tp ' || tp, 'pp ' || pp, 'cp ' || cp, 'ZeRO-' || zero_stage,
                   'micro-batch ' || micro_batch, 'grad_accum ' || grad_accum, checkpointing) AS layout
-    FROM sweep
-    WHERE valid AND fits
-      AND ($model IS NULL OR model = $model)
-      AND ($seq_len IS NULL OR seq_len = $seq_len)
+    FROM fitting_rows($model, NULL, $seq_len)
 ),
 fleets AS (
     SELECT

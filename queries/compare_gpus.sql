@@ -3,27 +3,20 @@
 --          $seq_len  BIGINT   tokens per sample, or NULL for any swept length
 -- returns: one row per (method, gpu) that fits: hbm_gib, min_gpus, max_micro_batch and spare_gib at
 --          min_gpus, usd_per_gpu_hour, fleet_usd_per_hour (NULL without a catalog price), price_source, price_date
-WITH fitting AS (
-    SELECT *
-    FROM sweep
-    WHERE valid AND fits
-      AND model = $model
-      AND ($seq_len IS NULL OR seq_len = $seq_len)
-),
-at_fewest AS (
+WITH at_fewest AS (
     SELECT
-        model, precision, optimizer, framework, lora_rank, base_quant, offload, gpu,
+        model,
+        training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
+        gpu,
         min(n_gpus)                                                         AS min_gpus,
         -- the row at the fewest GPUs with the largest micro-batch / the most free memory
         arg_min(micro_batch, (n_gpus, -micro_batch))                        AS max_micro_batch,
         arg_min(spare_bytes(usable_bytes, device_peak_bytes), (n_gpus, -spare_bytes(usable_bytes, device_peak_bytes))) AS spare_bytes
-    FROM fitting
+    FROM fitting_rows($model, NULL, $seq_len)
     GROUP BY ALL
 )
 SELECT
-    model,
-    training_method(precision, optimizer, framework, lora_rank, base_quant, offload)  AS method,
-    gpu,
+    model, method, gpu,
     g.hbm_bytes / 2^30                                                      AS hbm_gib,
     min_gpus,
     max_micro_batch,

@@ -4,16 +4,9 @@
 --          $limit    BIGINT   rows to return (>= 1) (default 20)
 -- returns: one row per configuration (index), model, method, gpu, n_gpus, dp, tp, pp, cp, ep, sp, zero_stage,
 --          checkpointing, micro_batch, seq_len, device_peak_gib, spare_gib (usable - device peak), bottleneck
-WITH fitting AS (
+WITH best AS (
     SELECT *
-    FROM sweep
-    WHERE valid AND fits
-      AND model = $model
-      AND ($gpu IS NULL OR gpu = $gpu)
-),
-best AS (
-    SELECT *
-    FROM fitting
+    FROM fitting_rows($model, $gpu, NULL)
     ORDER BY n_gpus, spare_bytes(usable_bytes, device_peak_bytes) DESC, index
     LIMIT $limit
 )

@@ -4,20 +4,14 @@
 --          with the most memory to spare (layout, dp, tp, pp, cp, ep, sp, zero_stage, checkpointing, micro_batch,
 --          seq_len, spare_gib).
 --          Models outside the catalog (config.json paths) have no n_params in `models` and are left out.
-WITH fitting AS (
-    SELECT *
-    FROM sweep
-    WHERE valid AND fits
-      AND ($seq_len IS NULL OR seq_len = $seq_len)
-),
-roomiest_per_model AS (
+WITH roomiest_per_model AS (
     SELECT
         gpu, n_gpus, precision, optimizer, framework, lora_rank, base_quant, offload, model,
         arg_max({'dp': dp, 'tp': tp, 'pp': pp, 'cp': cp, 'ep': ep, 'sp': sp, 'zero_stage': zero_stage,
                  'checkpointing': checkpointing, 'micro_batch': micro_batch, 'seq_len': seq_len,
                  'spare_bytes': spare_bytes(usable_bytes, device_peak_bytes)},
                 (spare_bytes(usable_bytes, device_peak_bytes), -index))     AS layout
-    FROM fitting
+    FROM fitting_rows(NULL, NULL, $seq_len)
     GROUP BY ALL
 ),
 largest AS (

@@ -12,16 +12,11 @@ from pathlib import Path
 
 from engine.catalogs.hf_mappers import MAPPERS
 from engine.catalogs.hf_reader import _Reader
-from engine.errors import UserError
+from engine.errors import UserError, read_user_text
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"{path}: cannot read Hugging Face config ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+    text = read_user_text(path, "Hugging Face config")
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:

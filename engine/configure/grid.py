@@ -100,28 +100,29 @@ def table_axis(name: str, labels: list, records: list, fields: list) -> Axis:
     return Axis(name, labels, fields, table)
 
 
-def model_axis(values, dropout_is_axis: bool) -> Axis:
-    entries = catalog_entries("model", values)
+def entry_records(entries: list[dict], fields_of) -> list:
+    """One default record per catalog entry, with the fields `fields_of(entry)` gives it."""
     records = []
     for entry in entries:
         rec = empty_records(1)[0]
-        for k, v in model_fields(entry).items():
+        for k, v in fields_of(entry).items():
             rec[k] = v
-        normalize_model(rec)
         records.append(rec)
+    return records
+
+
+def model_axis(values, dropout_is_axis: bool) -> Axis:
+    entries = catalog_entries("model", values)
+    records = entry_records(entries, model_fields)
+    for rec in records:
+        normalize_model(rec)
     fields = MODEL_FIELD_NAMES + ([] if dropout_is_axis else ["dropout"])  # GPT-2's catalog dropout
     return table_axis("model", [e["model"] for e in entries], records, fields)
 
 
 def gpu_axis(values) -> Axis:
     entries = catalog_entries("gpu", values)
-    records = []
-    for entry in entries:
-        rec = empty_records(1)[0]
-        for k, v in gpu_attributes(entry).items():
-            rec[k] = v
-        records.append(rec)
-    return table_axis("gpu", [e["gpu"] for e in entries], records, GPU_ATTRIBUTES)
+    return table_axis("gpu", [e["gpu"] for e in entries], entry_records(entries, gpu_attributes), GPU_ATTRIBUTES)
 
 
 def recipe_axis(values, explicit: set) -> Axis:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.errors import UserError
+from engine.errors import UserError, read_user_text
 from engine.inputs.vocabulary import check_columns
 
 SPEC_TABLES = {"axes", "link", "output"}
@@ -76,12 +76,7 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no sweep spec at {path}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as err:
-        raise UserError(f"cannot read sweep spec {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"sweep spec {path} is not a UTF-8 text file (a TOML spec was expected)") from None
+    text = read_user_text(path, "sweep spec")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
