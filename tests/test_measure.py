@@ -1,9 +1,5 @@
 """The measurement harness: tracker by hand, fake = real CPU, the committed reference set reproduces."""
 
-import csv
-import warnings
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,24 +11,14 @@ from engine.checks.measure.autocast_policy import POLICY  # noqa: E402
 from engine.checks.measure.measure import versions  # noqa: E402
 from engine.checks.measure.reference_set import COLUMNS, MEASURED_COLUMNS  # noqa: E402
 from engine.checks.measure.tracker import LiveBytes, rounded_bytes  # noqa: E402
-from engine.errors import UserError  # noqa: E402
+from tests.measure_helpers import assert_refused, assert_same_measured, committed_rows, skip_unless_made_with  # noqa: E402
+from tests.measure_helpers import quiet_harness  # noqa: E402, F401 (the fixture)
 
-pytestmark = pytest.mark.slow  # beyond the fast core tier (pytest -m 'not slow')
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_harness")]  # beyond the fast core tier
 
-REFERENCE = Path(__file__).resolve().parent.parent / "data" / "measured" / "cpu_fake.csv"
 TINY_GPT2 = dict(model="tiny-gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=256, vocab=128, ffn_type="gelu",
                  tied_embeddings=True, n_positions=64, seq_len=32, micro_batch=2, precision="fp32",
                  optimizer="sgd", attention="eager", dropout=0.0)
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def test_tracker_counts_a_linear_step_by_hand():
@@ -87,13 +73,8 @@ def test_autocast_policy_names_match_this_build():
     assert registered - set(POLICY) == set()
 
 
-def _reference_rows() -> list[dict]:
-    with open(REFERENCE, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_reference_set_is_complete():
-    rows = _reference_rows()
+    rows = committed_rows("cpu_fake.csv")
     assert len(rows) >= 60
     assert list(rows[0]) == COLUMNS
     assert len({r["case_id"] for r in rows}) == len(rows)
@@ -102,15 +83,10 @@ def test_reference_set_is_complete():
 @pytest.mark.parametrize("case_id", ["gpt2-124m_amp_bf16_adam_eager_s256_b8",
                                      "llama-3.2-1b-like_bf16_adamw_flash_s2048_b2_lora8-qv"])
 def test_committed_row_reproduces_exactly(case_id):
-    row = next(r for r in _reference_rows() if r["case_id"] == case_id)
-    have = versions()
-    if any(have[k] != row[k] for k in have):
-        pytest.skip(f"reference set made with other versions ({ {k: row[k] for k in have} })")
+    row = next(r for r in committed_rows("cpu_fake.csv") if r["case_id"] == case_id)
+    skip_unless_made_with(row, versions())
     case = {k: v for k, v in row.items() if k not in MEASURED_COLUMNS and k != "case_id"}
-    got = measure_case(case, "fake")
-    for k in MEASURED_COLUMNS:
-        if k.startswith("measured_"):
-            assert ("" if got[k] is None else str(got[k])) == row[k], k
+    assert_same_measured(measure_case(case, "fake"), row, MEASURED_COLUMNS)
 
 
 @pytest.mark.parametrize("override, word", [
@@ -119,6 +95,4 @@ def test_committed_row_reproduces_exactly(case_id):
     ({"norm_type": "rmsnorm"}, "norm_type"), ({"n_heads": 5}, "GPT-2"), ({"attention": "xformers"}, "attention"),
 ])
 def test_unsupported_option_is_one_line_user_error(override, word):
-    with pytest.raises(UserError) as e:
-        measure_case({**TINY_GPT2, **override}, "fake")
-    assert word in str(e.value) and "\n" not in str(e.value)
+    assert_refused({**TINY_GPT2, **override}, word)

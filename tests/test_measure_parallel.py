@@ -1,13 +1,10 @@
 """Multi-GPU and MoE measurement: one rank of a fake-process-group world, checked by hand and against its set."""
 
-import csv
 import os
-import warnings
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # the torch tier: real PyTorch and transformers code
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_harness")]  # the torch tier: real PyTorch code
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -18,9 +15,9 @@ from engine.checks.measure.parallel_pipeline import stage_layers
 from engine.checks.measure.parallel_run import run_rank
 from engine.checks.measure.parallel_summary import summarize
 from engine.checks.measure.reference_set import MEASURED_COLUMNS
-from engine.errors import UserError
+from tests.measure_helpers import MEASURED, assert_refused, assert_same_measured, committed_rows, skip_unless_made_with
+from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 
-PARALLEL = Path(__file__).resolve().parent.parent / "data" / "measured" / "parallel.csv"
 # h=64, 4 heads, f=128, V=256, untied: per block 4*64*64 + 3*64*128 + 2*64 = 41,088; 2 blocks + 2*256*64 + 64
 TINY = {"model": "tiny-llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "d_ff": 128, "vocab": 256,
             "ffn_type": "swiglu", "tied_embeddings": False, "seq_len": 32, "micro_batch": 2, "precision": "fp32",
@@ -28,16 +25,6 @@ TINY = {"model": "tiny-llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv
 TINY_PARAMS = 2 * 41_088 + 2 * 256 * 64 + 64  # 115,008
 ROTARY_BYTES = 2 * 8 * 4  # inv_freq and original_inv_freq: head_dim / 2 fp32 each, on every rank
 TINY_MOE = {**TINY, "model": "tiny-mixtral", "n_experts": 4, "top_k": 2, "moe_d_ff": 32, "d_ff": 32}
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def test_one_rank_world_equals_the_single_gpu_harness_to_the_byte():
@@ -139,18 +126,11 @@ def test_expert_parallel_rank_holds_its_share_of_the_experts():
     ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
 ])
 def test_unsupported_layout_is_one_line_user_error(override, word):
-    with pytest.raises(UserError) as e:
-        measure_case({**TINY, **override}, "fake")
-    assert word in str(e.value) and "\n" not in str(e.value)
-
-
-def _rows():
-    with open(PARALLEL, newline="") as f:
-        return list(csv.DictReader(f))
+    assert_refused({**TINY, **override}, word)
 
 
 def test_committed_set_is_large_and_covers_the_families():
-    rows = _rows()
+    rows = committed_rows("parallel.csv")
     families = {r["family"] for r in rows}
     assert len(rows) >= 80
     assert sum(r["family"].startswith("moe") for r in rows) >= 15
@@ -160,7 +140,7 @@ def test_committed_set_is_large_and_covers_the_families():
 
 
 def test_committed_roles_add_up_to_the_peak():
-    for r in _rows():
+    for r in committed_rows("parallel.csv"):
         parts = sum(int(r[k]) for k in ("measured_weight_bytes", "measured_grad_bytes", "measured_optimizer_bytes",
                                         "measured_activation_bytes", "measured_temp_bytes"))
         assert parts == int(r["measured_allocated_peak_bytes"]), r["case_id"]
@@ -168,14 +148,14 @@ def test_committed_roles_add_up_to_the_peak():
 
 # One family per code path of the harness (DDP, FSDP2 and its offload, TP with SP and on HF's own plan, CP, an
 # interleaved pipeline, expert parallel, FSDP2 x TP): the suite's ten minutes hold ten of the 22 families' re-runs,
-# MEMSIM_REPRODUCE_ALL=1 runs every family (python -m engine.checks.measure.reference_parallel rewrites them all).
+# MEMSIM_REPRODUCE_ALL=1 runs every family (memsim measure --set parallel rewrites them all).
 REPRESENTATIVE = {"ddp", "fsdp2", "fsdp2_offload", "tp_sp", "tp_hf", "cp", "pp_interleaved", "moe_ep", "fsdp2_tp",
                   "fsdp2_ckpt"}
 
 
 def _first_row_per_family():
     seen = {}
-    for r in _rows() if PARALLEL.exists() else []:
+    for r in committed_rows("parallel.csv") if (MEASURED / "parallel.csv").exists() else []:
         seen.setdefault(r["family"], r)
     every = os.environ.get("MEMSIM_REPRODUCE_ALL") == "1"
     return [r for family, r in seen.items() if every or family in REPRESENTATIVE]
@@ -188,11 +168,6 @@ def test_committed_row_reproduces_exactly(row):
     from engine.checks.measure.reference_parallel import measure_row
     from engine.checks.measure.reference_parallel_cases import reference_cases
 
-    have = versions()
-    if any(have[k] != row[k] for k in have):
-        pytest.skip(f"set made with other versions ({ {k: row[k] for k in have} })")
+    skip_unless_made_with(row, versions())
     cid, family, case = next(x for x in reference_cases() if x[0] == row["case_id"])
-    got = measure_row(cid, family, case)
-    for k in row:
-        if k.startswith("measured_"):
-            assert ("" if got[k] is None else str(got[k])) == row[k], k
+    assert_same_measured(measure_row(cid, family, case), row, row)

@@ -1,14 +1,11 @@
 """The recipe knobs in the measurement harness: each runs the real code path, fake equals real CPU, the numbers
 follow the mechanism, and the committed recipe set reproduces."""
 
-import csv
 import os
-import warnings
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # the torch tier: real PyTorch and transformers code
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quiet_harness")]  # the torch tier: real PyTorch code
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -23,9 +20,9 @@ from engine.checks.measure.reference_recipes import (
 )
 from engine.checks.measure.reference_set import MEASURED_COLUMNS
 from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged
-from engine.errors import UserError
+from tests.measure_helpers import assert_refused, assert_same_measured, committed_rows, skip_unless_made_with
+from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 
-RECIPES = Path(__file__).resolve().parent.parent / "data" / "measured" / "recipes.csv"
 TINY_LLAMA = dict(model="tiny-llama", n_layers=4, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab=256,
                   ffn_type="swiglu", tied_embeddings=False, seq_len=32, micro_batch=2, precision="fp32",
                   optimizer="adamw", attention="eager")
@@ -41,16 +38,6 @@ KNOBS = {
     "activation_offload": {"checkpointing": "full", "activation_offload": True},
 }
 TOKENS = 2 * 32
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _saved_block(case: dict, block: int = 0) -> dict:
@@ -226,18 +213,11 @@ def test_fp8_keeps_the_saved_set_and_drops_the_autocast_weight_copies():
     ({"precision": "fp8", "ffn_type": "gelu", "n_positions": 64}, "fp8"),
 ])
 def test_unsupported_knob_is_one_line_user_error(override, word):
-    with pytest.raises(UserError) as e:
-        measure_case({**TINY_LLAMA, **override}, "fake")
-    assert word in str(e.value) and "\n" not in str(e.value)
-
-
-def _rows() -> list[dict]:
-    with open(RECIPES, newline="") as f:
-        return list(csv.DictReader(f))
+    assert_refused({**TINY_LLAMA, **override}, word)
 
 
 def test_recipe_set_is_complete():
-    rows = _rows()
+    rows = committed_rows("recipes.csv")
     assert list(rows[0]) == RECIPE_SET_COLUMNS
     assert [r["case_id"] for r in rows] == [cid for cid, _, _ in recipe_cases()]
     knobs = [r["knob"] for r in rows if r["knob"] not in ("baseline", "recipe")]
@@ -245,7 +225,7 @@ def test_recipe_set_is_complete():
 
 
 def test_every_knob_case_has_its_baseline():
-    rows = {r["case_id"]: r for r in _rows()}
+    rows = {r["case_id"]: r for r in committed_rows("recipes.csv")}
     for cid, knob, case in recipe_cases():
         assert cid in rows
         if knob != "baseline":
@@ -261,17 +241,13 @@ EVERY_KNOB = [*REPRODUCED, "checkpoint_every", "loss_chunked", "optimizer_impl",
 @pytest.mark.slow
 @pytest.mark.parametrize("knob", EVERY_KNOB if os.environ.get("MEMSIM_REPRODUCE_ALL") == "1" else REPRODUCED)
 def test_committed_row_reproduces_exactly(knob):
-    row = next(r for r in _rows() if r["knob"] == knob)
+    row = next(r for r in committed_rows("recipes.csv") if r["knob"] == knob)
     have = versions()
     if row["torchao_version"]:
         have["torchao_version"] = pytest.importorskip("torchao").__version__
-    if any(have[k] != row[k] for k in have):
-        pytest.skip(f"recipe set made with other versions ({ {k: row[k] for k in have} })")
+    skip_unless_made_with(row, have)
     case = next(c for cid, _, c in recipe_cases() if cid == row["case_id"])
-    got = measure_recipe_case(case)
-    for k in [*MEASURED_COLUMNS, HOST_COLUMN]:
-        if k.startswith("measured_"):
-            assert ("" if got[k] is None else str(got[k])) == row[k], k
+    assert_same_measured(measure_recipe_case(case), row, [*MEASURED_COLUMNS, HOST_COLUMN])
 
 
 @pytest.mark.slow

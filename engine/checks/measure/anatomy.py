@@ -1,43 +1,52 @@
-"""Print what one case keeps for backward, per block and per op, and what is alive at its peak.
+"""What one case keeps for backward, per block and per op, and what is alive at its peak, as a text report.
 
 Example:
-    python -m engine.checks.measure.anatomy --row gpt2-124m_amp_bf16_adamw_eager_s1024_b4 data/measured/cpu_fake.csv
-    python -m engine.checks.measure.anatomy --json '{"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "vocab": 128}'
+    memsim measure --anatomy gpt2-124m_amp_bf16_adamw_eager_s1024_b4
+    memsim measure --anatomy '{"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "vocab": 128}'
 
-Bytes per token are per micro-batch token (``micro_batch * seq_len`` tokens).
+Bytes per token are per micro-batch token (``micro_batch * seq_len`` tokens). A multi-GPU or MoE case runs one
+rank of a simulated world, whose live set at its peak parallel_anatomy.py reports.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import warnings
-
-from engine.checks.measure import breakdown
+from engine.checks.measure import breakdown, parallel
 from engine.checks.measure.case import resolve
 from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged
+from engine.errors import UserError
+
+DEVICES = ("fake", "cpu-fake", "cpu")  # run_logged's devices; a multi-GPU or MoE case runs on 'fake' only
 
 
-def _table(groups: dict, tokens: int, title: str) -> list[str]:
+def _table(groups: dict, tokens: int, title: str, top: int | None = None) -> list[str]:
+    """One table, largest groups first (the ``top`` largest when given); the total counts every group."""
     lines = [title, f"  {'module':<28}{'op':<42}{'dtype':<10}{'bytes':>15}{'B/token':>12}"]
-    total = 0
-    for (module, op, dtype), n in sorted(groups.items(), key=lambda kv: -kv[1]):
+    for (module, op, dtype), n in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {module or '(block)':<28}{op:<42}{dtype:<10}{n:>15,}{n / tokens:>12.2f}")
-        total += n
+    total = sum(groups.values())
     lines.append(f"  {'total':<80}{total:>15,}{total / tokens:>12.2f}")
     return lines
 
 
-def report(case: dict, device: str = "fake") -> str:
-    """Saved-for-backward bytes of block 0, outside the blocks, and the live set at the peak."""
+def report(case: dict, device: str = "fake", top: int | None = None) -> str:
+    """Saved-for-backward bytes of block 0, outside the blocks, and the live set at the peak (each table's ``top``
+    largest groups when given, every group otherwise); for a multi-GPU or MoE case, parallel_anatomy's report."""
     c = resolve(case)
+    world = parallel.needs_world(c)
+    allowed = ("fake",) if world else DEVICES
+    if device not in allowed:
+        kind = "a multi-GPU or MoE case" if world else "a case"
+        raise UserError(f"{kind} is inspected on device {' or '.join(allowed)}, not {device!r}")
+    if world:
+        from engine.checks.measure import parallel_anatomy
+
+        return parallel_anatomy.report(case, parallel_anatomy.TOP if top is None else top)
     lb, roles, _ = run_logged(c, device)
     tokens = c["micro_batch"] * c["seq_len"]
     saved = breakdown.per_layer(breakdown.saved_for_backward(lb, roles, MEASURED_STEP))
     lines = [f"saved for backward, micro-step 0 ({tokens} tokens):"]
-    lines += _table(saved.get(0, {}), tokens, "block 0 (every block is alike):")
-    lines += _table(saved.get(None, {}), tokens, "outside the blocks:")
+    lines += _table(saved.get(0, {}), tokens, "block 0 (every block is alike):", top)
+    lines += _table(saved.get(None, {}), tokens, "outside the blocks:", top)
     s = MEASURED_STEP
     peak, tick = breakdown.peak(lb, lb.marks[f"step{s}"], lb.marks[f"end{s}"])
     live = breakdown.alive_at(lb, tick)
@@ -46,27 +55,5 @@ def report(case: dict, device: str = "fake") -> str:
         key = (breakdown.role(r, lb, roles, s), r.op, r.dtype)
         by_role[key] = by_role.get(key, 0) + r.nbytes
     lines.append(f"alive at the peak ({peak:,} bytes), by (role, op, dtype):")
-    lines += _table(by_role, tokens, "")[1:]
+    lines += _table(by_role, tokens, "", top)[1:]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: one case from a CSV row (``--row case_id file``) or from ``--json``."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", nargs="?")
-    ap.add_argument("--row")
-    ap.add_argument("--json")
-    ap.add_argument("--device", default="fake", choices=["fake", "cpu-fake", "cpu"])
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    if a.json:
-        case = json.loads(a.json)
-    else:
-        with open(a.csv, newline="") as f:
-            case = next(r for r in csv.DictReader(f) if r["case_id"] == a.row)
-        case = {k: v for k, v in case.items() if not k.startswith("measured") and not k.endswith("_version")}
-    print(report(case, a.device))
-
-
-if __name__ == "__main__":
-    main()

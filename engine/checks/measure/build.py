@@ -82,20 +82,26 @@ def _moe_architecture(c: dict) -> str:
     return "qwen3_moe" if c.get("qk_norm") else "mixtral"
 
 
+def _rotary_decoder_fields(c: dict, arch: str, min_positions: int) -> dict:
+    """The transformers config fields every rotary decoder family takes alike (Llama, Qwen2 and the MoE families),
+    the position table at least ``min_positions`` long; n_positions (GPT-2's learned table) is refused."""
+    if c["n_positions"]:
+        raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
+    return {
+        "vocab_size": c["vocab"], "hidden_size": c["d_model"], "num_hidden_layers": c["n_layers"],
+        "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],
+        "max_position_embeddings": max(c["seq_len"], min_positions), "tie_word_embeddings": c["tied_embeddings"],
+        "attention_dropout": c["dropout"], "use_cache": False,
+        "attn_implementation": ATTN_IMPLEMENTATION[c["attention"]]}
+
+
 def _moe_config(c: dict, arch: str):
     """The transformers config of an MoE family (``_moe_architecture``) for the fields in ``c``."""
     import transformers as tf
 
-    if c["n_positions"]:
-        raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
     head_dim = c["head_dim"] or c["d_model"] // c["n_heads"]
     dense = list(range(c.get("first_dense_layers", 0)))
-    common = {
-        "vocab_size": c["vocab"], "hidden_size": c["d_model"], "num_hidden_layers": c["n_layers"],
-        "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],
-        "num_experts_per_tok": c["top_k"], "max_position_embeddings": max(c["seq_len"], 4096),
-        "tie_word_embeddings": c["tied_embeddings"], "attention_dropout": c["dropout"], "use_cache": False,
-        "attn_implementation": ATTN_IMPLEMENTATION[c["attention"]]}
+    common = {**_rotary_decoder_fields(c, arch, min_positions=4096), "num_experts_per_tok": c["top_k"]}
     if arch == "mixtral":
         cfg = tf.MixtralConfig(**common, intermediate_size=c["moe_d_ff"], num_local_experts=c["n_experts"])
     elif arch == "qwen2_moe":
@@ -141,14 +147,7 @@ def _gpt2_config(c: dict):
 def _llama_config(c: dict, arch: str):
     from transformers import LlamaConfig, Qwen2Config
 
-    if c["n_positions"]:
-        raise UserError(f"{arch} uses rotary positions: n_positions must be 0, not {c['n_positions']}")
-    common = {
-        "vocab_size": c["vocab"], "hidden_size": c["d_model"], "intermediate_size": c["d_ff"],
-        "num_hidden_layers": c["n_layers"], "num_attention_heads": c["n_heads"],
-        "num_key_value_heads": c["n_kv_heads"], "max_position_embeddings": max(c["seq_len"], 2048),
-        "tie_word_embeddings": c["tied_embeddings"], "attention_dropout": c["dropout"], "use_cache": False,
-        "attn_implementation": ATTN_IMPLEMENTATION[c["attention"]]}
+    common = {**_rotary_decoder_fields(c, arch, min_positions=2048), "intermediate_size": c["d_ff"]}
     if arch == "qwen2":
         cfg = Qwen2Config(**common)
     else:

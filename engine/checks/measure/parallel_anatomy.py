@@ -1,20 +1,15 @@
-"""Print what one rank holds at its peak: every live storage grouped by role, framework tag, op, dtype and shape.
+"""What one rank holds at its peak: every live storage grouped by role, framework tag, op, dtype and shape.
 
 Example:
-    python -m engine.checks.measure.parallel_anatomy --row fsdp2_llama-400m-like_amp_bf16_s2048_b2_dp4_mp_r0
-    python -m engine.checks.measure.parallel_anatomy --row tp_hf_llama-3.1-8b-4l_amp_bf16_s4096_b1_tp8_hfplan_r0 \\
-        --top 40
+    memsim measure --anatomy fsdp2_llama-400m-like_amp_bf16_s2048_b2_dp4_mp_r0
+    memsim measure --anatomy tp_hf_llama-3.1-8b-4l_amp_bf16_s4096_b1_tp8_hfplan_r0 --top 40
 
-The case comes from reference_parallel's list (``--row``) or from ``--json``. Tags name what allocated a buffer
-(buffer_tags.tagging): ``fsdp_unsharded@model.layers.3`` (FSDP2's gathered parameters of that group),
+``memsim measure --anatomy CASE`` (anatomy.report) reports a multi-GPU or MoE case here. Tags name what allocated
+a buffer (buffer_tags.tagging): ``fsdp_unsharded@model.layers.3`` (FSDP2's gathered parameters of that group),
 ``fsdp_all_gather@...``, ``fsdp_reduce_scatter@...``, ``ddp_bucket``, ``pp_recv``, ``collective@<op>``.
 """
 
 from __future__ import annotations
-
-import argparse
-import json
-import warnings
 
 from engine.checks.measure import breakdown
 from engine.checks.measure.case import resolve
@@ -22,8 +17,10 @@ from engine.checks.measure.parallel_run import run_rank
 from engine.checks.measure.parallel_summary import role
 from engine.checks.measure.single_gpu import MEASURED_STEP
 
+TOP = 30  # groups shown when no --top is given
 
-def report(case: dict, top: int = 30) -> str:
+
+def report(case: dict, top: int = TOP) -> str:
     """The live set at the measured step's peak, largest groups first, with bytes per micro-batch token."""
     c = resolve(case)
     run = run_rank(c)
@@ -44,26 +41,3 @@ def report(case: dict, top: int = 30) -> str:
         lines.append(f"{rl:<12}{tag[:33]:<34}{op[:33]:<34}{dtype:<10}{str(shape)[:23]:<24}{k:>6}{n:>16,}"
                      f"{n / tokens:>11.1f}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--row")
-    ap.add_argument("--json")
-    ap.add_argument("--top", type=int, default=30)
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    if a.json:
-        case = json.loads(a.json)
-    else:
-        from engine.checks.measure.reference_parallel_cases import reference_cases
-
-        case = next(x[2] for x in reference_cases() if x[0] == a.row)
-    print(report(case, a.top))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """What ``torch.compile`` keeps for backward: the forward graph Inductor's partitioner makes, traced, not run.
 
 Example:
-    python -m engine.checks.measure.recipe_compile --model llama-400m-like --precision bf16 --attention flash
+    memsim measure --compiled llama-400m-like_bf16_adamw_flash_s2048_b4
+    memsim measure --compiled '{"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "vocab": 128}' --seq-len 64
 
 Why no measured peak: a compiled model runs Inductor-generated kernels whose buffers are allocated by generated
 code (``empty_strided``) that a fake tensor cannot run and the dispatcher-level tracker cannot see, and dynamo
@@ -18,15 +19,14 @@ tensors' bytes per token, each storage counted once, parameters and the graph's 
 
 from __future__ import annotations
 
-import argparse
-import warnings
-
 import torch
 
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.case import resolve
 from engine.checks.measure.cuda_semantics import cuda_semantics
 from engine.checks.measure.train import HALF_DTYPE, autocast_context
+
+SEQ_LEN = 256  # tokens a block or the head is traced on (per_token traces twice as many too)
 
 
 class _Stop(Exception):
@@ -76,7 +76,7 @@ def saved_by_partition(fn, args: tuple, kwargs: dict, attention: str, precision:
     return rows
 
 
-def block_saved(case: dict, seq_len: int = 256) -> tuple[list[tuple], int]:
+def block_saved(case: dict, seq_len: int = SEQ_LEN) -> tuple[list[tuple], int]:
     """What the compiled first transformer block of ``case`` saves, and the token count it ran on."""
     c = resolve({**case, "n_layers": 1, "vocab": 256, "seq_len": seq_len, "micro_batch": 1})
     dtype = HALF_DTYPE.get(c["precision"], torch.float32)
@@ -91,7 +91,7 @@ def block_saved(case: dict, seq_len: int = 256) -> tuple[list[tuple], int]:
     return saved_by_partition(block, (x,), kwargs, c["attention"], c["precision"]), seq_len
 
 
-def head_loss_saved(case: dict, seq_len: int = 256) -> tuple[list[tuple], int]:
+def head_loss_saved(case: dict, seq_len: int = SEQ_LEN) -> tuple[list[tuple], int]:
     """What the compiled LM head + transformers' causal-LM loss saves (the logits path), per ``seq_len`` tokens."""
     c = resolve({**case, "seq_len": seq_len, "micro_batch": 1})
     dtype = HALF_DTYPE.get(c["precision"], torch.float32)
@@ -108,7 +108,7 @@ def head_loss_saved(case: dict, seq_len: int = 256) -> tuple[list[tuple], int]:
     return saved_by_partition(head_loss, (h,), {}, c["attention"], c["precision"]), seq_len
 
 
-def per_token(part, case: dict, seq_len: int = 256) -> tuple[float, int]:
+def per_token(part, case: dict, seq_len: int = SEQ_LEN) -> tuple[float, int]:
     """(bytes per token, fixed bytes) saved by ``part`` (``block_saved`` or ``head_loss_saved``), from two sequence
     lengths: the fixed part is what does not grow with tokens (autocast's weight casts). The rotary cos/sin a block
     is given are left out (one pair serves every block). Exact when nothing saved grows as s x s (flash attention);
@@ -121,29 +121,14 @@ def per_token(part, case: dict, seq_len: int = 256) -> tuple[float, int]:
     return slope, round(one - slope * seq_len)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """CLI: the saved tensors of one compiled block and of the compiled head + loss, in bytes per token."""
-    from engine.checks.measure.reference_set import MODELS
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, choices=sorted(MODELS))
-    ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--attention", default="flash")
-    ap.add_argument("--seq-len", type=int, default=256)
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    case = {**MODELS[a.model], "precision": a.precision, "attention": a.attention}
+def report(case: dict, seq_len: int = SEQ_LEN) -> str:
+    """The saved tensors of one compiled block and of the compiled head + loss of ``case``, and their bytes per
+    token (``per_token``, from ``seq_len`` and twice as many tokens)."""
+    lines = []
     for title, part in (("block", block_saved), ("head + loss", head_loss_saved)):
-        rows, tokens = part(case, a.seq_len)
-        print(f"{title}: saved for backward under torch.compile (Inductor partition), {tokens} tokens")
-        for name, shape, dtype, n in rows:
-            print(f"  {name:<24}{shape!s:<24}{dtype:<10}{n:>14,} B")
-        slope, fixed = per_token(part, case, a.seq_len)
-        print(f"  {tokens} and {2 * tokens} tokens: {slope:,.2f} B/token + {fixed:,} B fixed (weight casts)")
-
-
-if __name__ == "__main__":
-    main()
+        rows, tokens = part(case, seq_len)
+        lines.append(f"{title}: saved for backward under torch.compile (Inductor partition), {tokens} tokens")
+        lines += [f"  {name:<24}{shape!s:<24}{dtype:<10}{n:>14,} B" for name, shape, dtype, n in rows]
+        slope, fixed = per_token(part, case, seq_len)
+        lines.append(f"  {tokens} and {2 * tokens} tokens: {slope:,.2f} B/token + {fixed:,} B fixed (weight casts)")
+    return "\n".join(lines)

@@ -1,8 +1,8 @@
 """The measured multi-GPU and MoE set: one rank of real multi-GPU training steps, measured without a GPU.
 
 Example:
-    python -m engine.checks.measure.reference_parallel -o data/measured/parallel.csv
-    python -m engine.checks.measure.reference_parallel -o /tmp/pp.csv --only pp_
+    memsim measure --set parallel -o data/measured/parallel.csv
+    memsim measure --set parallel -o /tmp/pp.csv --only pp_
 
 Each case is ``measure_case(case, "fake")``: one rank of a world simulated in one process under the fake
 process group, with fake tensors and CUDA's dispatch emulated (``parallel_run.py``; data/measured/PARALLEL.md
@@ -14,15 +14,6 @@ The cases are listed in reference_parallel_cases.py.
 
 from __future__ import annotations
 
-import argparse
-import csv
-import os
-import sys
-import tempfile
-import time
-import warnings
-
-from engine.checks.measure.reference_parallel_cases import reference_cases
 from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS
 
 LAYOUT_COLUMNS = [
@@ -34,7 +25,8 @@ HARNESS_COLUMNS = ["tp_plan", "ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "f
                    "fsdp_reduce_dtype", "fsdp_wrap", "ep_implementation", "pp_layers"]
 
 
-def _columns() -> list[str]:
+def columns() -> list[str]:
+    """The CSV header of parallel.csv (the anatomy columns are parallel_summary's, which imports torch)."""
     from engine.checks.measure.parallel_summary import EXTRA_COLUMNS
 
     return ["case_id", "family", "rank", "pp_stage", *CONFIG_COLUMNS, *LAYOUT_COLUMNS, *HARNESS_COLUMNS,
@@ -60,61 +52,9 @@ def harness_fields(c: dict) -> dict:
     return out
 
 
-def _cell(v: object) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
-
-
-def write_csv(rows: list[dict], path: str) -> None:
-    """Write ``rows`` to ``path`` atomically (a temporary file in the same folder, then os.replace)."""
-    columns = _columns()
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".csv.tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(columns)
-            for r in rows:
-                w.writerow([_cell(r.get(k)) for k in columns])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def measure_row(cid: str, family: str, case: dict) -> dict:
-    """One CSV row: the measured case with its id, family and harness columns."""
+def measure_row(cid: str, family: str, case: dict, device: str = "fake") -> dict:
+    """One CSV row: the measured case with its id, family and harness columns (one rank: device 'fake' only)."""
     from engine.checks.measure.measure import measure_case
 
-    row = measure_case(case, "fake")
+    row = measure_case(case, device)
     return {"case_id": cid, "family": family, **row, **harness_fields(row)}
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: measure every case (or those whose id contains ``--only``) and write the CSV."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    rows, t0 = [], time.time()
-    for cid, family, case in reference_cases():
-        if a.only not in cid:
-            continue
-        t = time.time()
-        rows.append(measure_row(cid, family, case))
-        print(f"{cid:<90} {rows[-1]['measured_allocated_peak_bytes']:>16,} B  {time.time() - t:5.1f} s",
-              file=sys.stderr)
-    write_csv(rows, a.output)
-    print(f"{len(rows)} rows in {time.time() - t0:.0f} s -> {a.output}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 outputs, and LoRA / QLoRA on several GPUs (DDP, FSDP2).
 
 Example:
-    python -m engine.checks.measure.reference_qlora -o data/measured/qlora.csv
-    python -m engine.checks.measure.reference_qlora -o /tmp/q.csv --only fsdp
+    memsim measure --set qlora -o data/measured/qlora.csv
+    memsim measure --set qlora -o /tmp/q.csv --only fsdp
 
 Each case is ``measure_case(case, 'fake')``: one GPU as in cpu_fake.csv, several as one rank of a world simulated
 under torch.distributed's fake process group (parallel.csv). The quantized base is bitsandbytes' own Linear4bit
@@ -12,15 +12,9 @@ under fake tensors (quantized.py). See data/measured/QLORA.md.
 
 from __future__ import annotations
 
-import argparse
-import csv
-import os
-import sys
-import tempfile
-import time
-import warnings
-
+from engine.checks.measure import reference_parallel
 from engine.checks.measure.reference_set import MODELS
+from engine.errors import UserError
 
 SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held"]  # inputs beside reference_set's CONFIG_COLUMNS
 Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
@@ -99,57 +93,17 @@ def reference_cases() -> list[tuple[str, str, dict]]:
 
 
 def columns() -> list[str]:
-    from engine.checks.measure.reference_parallel import _columns
-
-    cols = _columns()
+    """The CSV header of qlora.csv: parallel.csv's, with ``SETTINGS`` after the layout and bitsandbytes' version."""
+    cols = reference_parallel.columns()
     at = cols.index("zero_stage") + 1
     return [*cols[:at], *SETTINGS, *cols[at:], "bitsandbytes_version"]
 
 
-def write_csv(rows: list[dict], path: str) -> None:
-    """Write ``rows`` to ``path`` atomically (a temporary file in the same folder, then os.replace)."""
-    from engine.checks.measure.reference_parallel import _cell
-
-    cols = columns()
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".csv.tmp")
+def measure_row(cid: str, family: str, case: dict, device: str = "fake") -> dict:
+    """One CSV row: reference_parallel's row (one GPU or one rank) and the bitsandbytes that ran it."""
     try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(cols)
-            for r in rows:
-                w.writerow([_cell(r.get(k)) for k in cols])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: measure every case (or those whose id contains ``--only``) and write the CSV."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import bitsandbytes
-    import transformers
-
-    from engine.checks.measure import reference_parallel as rp
-
-    transformers.logging.set_verbosity_error()
-    rows, t0 = [], time.time()
-    for cid, family, case in reference_cases():
-        if a.only not in cid:
-            continue
-        t = time.time()
-        rows.append({**rp.measure_row(cid, family, case), "bitsandbytes_version": bitsandbytes.__version__})
-        print(f"{cid:<100} {rows[-1]['measured_allocated_peak_bytes']:>16,} B  {time.time() - t:5.1f} s",
-              file=sys.stderr)
-    write_csv(rows, a.output)
-    print(f"{len(rows)} rows in {time.time() - t0:.0f} s -> {a.output}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()
+        import bitsandbytes
+    except ImportError as err:
+        raise UserError(f"the qlora set needs bitsandbytes: pip install 'memsim[measure]' ({err})") from None
+    row = reference_parallel.measure_row(cid, family, case, device)
+    return {**row, "bitsandbytes_version": bitsandbytes.__version__}

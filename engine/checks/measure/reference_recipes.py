@@ -1,8 +1,8 @@
 """The measured recipe set: each training-recipe knob of CONFIG.md beside the same case without it.
 
 Example:
-    python -m engine.checks.measure.reference_recipes -o data/measured/recipes.csv
-    python -m engine.checks.measure.reference_recipes -o /tmp/sac.csv --only selective_op
+    memsim measure --set recipes -o data/measured/recipes.csv
+    memsim measure --set recipes -o /tmp/sac.csv --only selective_op
 
 Each knob case comes with its baseline (the same configuration with every recipe field at its default,
 ``knob = baseline``), so a model of the knob is judged on the difference as well as the total. Cases
@@ -13,19 +13,7 @@ offloaded to host RAM), which the device columns leave out. See data/measured/RE
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import tempfile
-import time
-import warnings
-
-from engine.checks.measure.reference_set import (
-    CONFIG_COLUMNS,
-    MEASURED_COLUMNS,
-    MODELS,
-    _cell,
-)
+from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS, MODELS
 
 RECIPE_COLUMNS = ["optimizer_impl", "optimizer_in_backward", "loss_impl", "loss_chunks", "checkpoint_every",
                   "activation_offload", "compile", "zero_grad"]
@@ -188,6 +176,16 @@ def recipe_cases() -> list[tuple[str, str, dict]]:
     return out
 
 
+def columns() -> list[str]:
+    """The CSV header of recipes.csv."""
+    return RECIPE_SET_COLUMNS
+
+
+def measure_row(cid: str, knob: str, case: dict, device: str = "fake") -> dict:
+    """One CSV row: the measured case with its id and knob (``baseline`` for a knob's reference case)."""
+    return {"case_id": cid, "knob": knob, **measure_recipe_case(case, device)}
+
+
 def measure_recipe_case(case: dict, device: str = "fake") -> dict:
     """``measure_case`` plus ``measured_host_peak_bytes`` (peak of host-resident bytes in the measured step)."""
     from engine.checks.measure.case import resolve
@@ -222,48 +220,3 @@ def host_peak(lb, start: int, end: int) -> int:
         live += delta
         best = max(best, live)
     return best
-
-
-def write_csv(rows: list[dict], path: str) -> None:
-    """Write ``rows`` to ``path`` atomically (RECIPE_SET_COLUMNS)."""
-    import csv
-
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".csv.tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(RECIPE_SET_COLUMNS)
-            for r in rows:
-                w.writerow([_cell(r.get(k)) for k in RECIPE_SET_COLUMNS])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: measure every recipe case (or those whose id or knob contains ``--only``) and write the CSV."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    rows, t0 = [], time.time()
-    for cid, knob, case in recipe_cases():
-        if a.only not in cid and a.only not in knob:
-            continue
-        t = time.time()
-        rows.append({"case_id": cid, "knob": knob, **measure_recipe_case(case)})
-        print(f"{cid:<72} {rows[-1]['measured_allocated_peak_bytes']:>16,} B  {time.time() - t:5.1f} s",
-              file=sys.stderr)
-    write_csv(rows, a.output)
-    print(f"{len(rows)} cases in {time.time() - t0:.0f} s -> {a.output}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

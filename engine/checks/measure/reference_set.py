@@ -1,8 +1,8 @@
 """The measured reference set: real training steps of real architectures, measured without a GPU.
 
 Example:
-    python -m engine.checks.measure.reference_set -o data/measured/cpu_fake.csv
-    python -m engine.checks.measure.reference_set -o /tmp/llama.csv --only llama-3.2-1b
+    memsim measure --set single -o data/measured/cpu_fake.csv
+    memsim measure --set single -o /tmp/llama.csv --only llama-3.2-1b
 
 Each case is measured by ``measure_case(case, device)`` (default ``'fake'``: FakeTensorMode with
 CUDA semantics emulated, see ``engine.checks.measure``). The CSV has one row per case: ``case_id``, every
@@ -10,14 +10,6 @@ resolved configuration column (CONFIG.md names), the ``measured_*`` columns and 
 """
 
 from __future__ import annotations
-
-import argparse
-import csv
-import os
-import sys
-import tempfile
-import time
-import warnings
 
 # Published dims (Hugging Face config.json of each model; "-like" = same dims, our own name).
 MODELS = {
@@ -141,66 +133,24 @@ def case_id(model: str, seq: int, mb: int, precision: str, optimizer: str, atten
     return "_".join(parts)
 
 
-def reference_cases() -> list[tuple[str, dict]]:
-    """(case_id, case dict) for every reference case."""
+def reference_cases() -> list[tuple[str, str, dict]]:
+    """(case_id, group, case dict) for every reference case; the group is empty (the set has no families)."""
     out = []
     for model, seq, mb, precision, optimizer, attention, extra in CASES:
         case = {"model": model, **MODELS[model], "seq_len": seq, "micro_batch": mb, "precision": precision,
                 "optimizer": optimizer, "attention": attention, **extra}
-        out.append((case_id(model, seq, mb, precision, optimizer, attention, extra), case))
+        out.append((case_id(model, seq, mb, precision, optimizer, attention, extra), "", case))
     return out
 
 
-def _cell(v: object) -> str:
-    """CSV text: booleans lowercase, None empty."""
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
+def columns() -> list[str]:
+    """The CSV header of cpu_fake.csv."""
+    return COLUMNS
 
 
-def write_csv(rows: list[dict], path: str) -> None:
-    """Write ``rows`` to ``path`` atomically (a temporary file in the same folder, then os.replace)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".csv.tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(COLUMNS)
-            for r in rows:
-                w.writerow([_cell(r.get(k)) for k in COLUMNS])
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: measure every reference case (or those whose id contains ``--only``) and write the CSV."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--device", default="fake", choices=["fake", "cpu-fake", "cuda"])
-    a = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    import transformers
-
+def measure_row(cid: str, group: str, case: dict, device: str = "fake") -> dict:
+    """One CSV row: the measured case under its id. ``group`` is unused: this set has no families, and the
+    argument is there because every set's measure_row takes (case_id, group, case, device) (reference_sets.py)."""
     from engine.checks.measure.measure import measure_case
 
-    transformers.logging.set_verbosity_error()
-    rows, t0 = [], time.time()
-    for cid, case in reference_cases():
-        if a.only not in cid:
-            continue
-        t = time.time()
-        rows.append({"case_id": cid, **measure_case(case, a.device)})
-        print(f"{cid:<70} {rows[-1]['measured_allocated_peak_bytes']:>16,} B  {time.time() - t:5.1f} s",
-              file=sys.stderr)
-    write_csv(rows, a.output)
-    print(f"{len(rows)} cases in {time.time() - t0:.0f} s -> {a.output}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()
+    return {"case_id": cid, **measure_case(case, device)}
