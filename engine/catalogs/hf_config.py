@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from engine.catalogs.hf_mappers import MAPPERS
-from engine.catalogs.hf_reader import _Reader
+from engine.catalogs.hf_reader import ConfigReader
 from engine.errors import UserError, read_user_text
 
 
@@ -66,7 +66,7 @@ def model_from_hf_config(path) -> dict:
             f"{path}: unsupported model_type {model_type!r} — supported: {', '.join(sorted(MAPPERS))}"
         )
     try:
-        fields = mapper(_Reader(cfg, path))
+        fields = mapper(ConfigReader(cfg, path))
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as err:
         raise UserError(f"{path}: a value of the wrong type or range for model_type {model_type!r} "
                         f"({type(err).__name__}: {str(err)[:120]})") from None  # what the typed reader does not check

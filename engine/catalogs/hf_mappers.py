@@ -5,20 +5,20 @@ the module that builds the model (transformers' modeling_<type>.py); MAPPERS dis
 
 
 
-from engine.catalogs.hf_reader import _attention, _dense, _linear_bias, _Reader
+from engine.catalogs.hf_reader import attention_fields, dense_fields, linear_bias_fields, ConfigReader
 
 
-def _llama(r: _Reader) -> dict:
+def _llama(r: ConfigReader) -> dict:
     """Llama: attention_bias on q, k, v, o; mlp_bias on the FFN (modeling_llama.py)."""
-    return _dense(r, bias=_linear_bias(r, reads_mlp_bias=True))
+    return dense_fields(r, bias=linear_bias_fields(r, reads_mlp_bias=True))
 
 
-def _gemma(r: _Reader, *, norms: int) -> dict:
+def _gemma(r: ConfigReader, *, norms: int) -> dict:
     """Gemma: head_dim 256 by default, GeGLU (3 matrices), tied; Gemma 2 has 4 RMSNorms per block."""
-    return _dense(r, tied=True, bias=_linear_bias(r), head_dim_default=256) | {"norms_per_layer": norms}
+    return dense_fields(r, tied=True, bias=linear_bias_fields(r), head_dim_default=256) | {"norms_per_layer": norms}
 
 
-def _gpt2(r: _Reader) -> dict:
+def _gpt2(r: ConfigReader) -> dict:
     """GPT-2: Conv1D with biases everywhere, LayerNorm, GeLU MLP of n_inner (default 4h), learned positions."""
     h, a = r.size("n_embd"), r.size("n_head")
     return {
@@ -40,9 +40,9 @@ def _gpt2(r: _Reader) -> dict:
     }
 
 
-def _mixtral(r: _Reader) -> dict:
+def _mixtral(r: ConfigReader) -> dict:
     """Mixtral: every block is MoE; intermediate_size is one expert's FFN."""
-    fields = _dense(r)
+    fields = dense_fields(r)
     return fields | {
         "d_ff": 0,
         "n_experts": r.size("num_local_experts"),
@@ -51,7 +51,7 @@ def _mixtral(r: _Reader) -> dict:
     }
 
 
-def _sparse_layers(r: _Reader, n_layers: int, step: int, dense_layers: list[int] | None) -> dict:
+def _sparse_layers(r: ConfigReader, n_layers: int, step: int, dense_layers: list[int] | None) -> dict:
     """moe_layer_step and first_dense_layers for MoE blocks at the layers i not in `dense_layers` with
     (i + 1) % step == 0 (modeling_qwen2_moe.py / modeling_qwen3_moe.py decoder_sparse_step, mlp_only_layers);
     dense_layers must be the leading layers 0..k-1, the only dense set the fields express."""
@@ -62,7 +62,7 @@ def _sparse_layers(r: _Reader, n_layers: int, step: int, dense_layers: list[int]
     return fields | ({"first_dense_layers": len(dense_layers)} if dense_layers else {})
 
 
-def _qwen_moe(r: _Reader, fields: dict, *, shared: bool) -> dict:
+def _qwen_moe(r: ConfigReader, fields: dict, *, shared: bool) -> dict:
     """The MoE part of Qwen2-MoE / Qwen3-MoE: routed experts of moe_intermediate_size at the layers
     decoder_sparse_step and mlp_only_layers pick, dense FFNs of intermediate_size elsewhere; Qwen2-MoE adds one
     gated shared expert of shared_expert_intermediate_size (a multiple of moe_intermediate_size)."""
@@ -86,28 +86,28 @@ def _qwen_moe(r: _Reader, fields: dict, *, shared: bool) -> dict:
     return fields | {"n_shared_experts": shared_d_ff // moe_d_ff, "shared_expert_gate": True}
 
 
-def _qwen2_moe(r: _Reader) -> dict:
+def _qwen2_moe(r: ConfigReader) -> dict:
     """Qwen1.5/Qwen2 MoE: qkv biases (qkv_bias), routed experts, one gated shared expert."""
     qkv = {"linear_bias": "qkv" if r.flag("qkv_bias", True) else "none"}
-    return _qwen_moe(r, _dense(r, bias=qkv), shared=True)
+    return _qwen_moe(r, dense_fields(r, bias=qkv), shared=True)
 
 
-def _qwen3(r: _Reader, head_dim_default: int = 128) -> dict:
+def _qwen3(r: ConfigReader, head_dim_default: int = 128) -> dict:
     """Qwen3: Llama with an RMSNorm of head_dim on every q and k head (modeling_qwen3.py), attention_bias on
     q, k, v, o; Qwen3Config's head_dim is 128 when the file has none."""
-    return _dense(r, bias=_linear_bias(r), head_dim_default=head_dim_default) | {"qk_norm": True}
+    return dense_fields(r, bias=linear_bias_fields(r), head_dim_default=head_dim_default) | {"qk_norm": True}
 
 
-def _qwen3_moe(r: _Reader) -> dict:
+def _qwen3_moe(r: ConfigReader) -> dict:
     """Qwen3-MoE: Qwen3 attention (Qwen3MoeConfig has no head_dim default: h / a), routed experts without a
     shared expert (modeling_qwen3_moe.py)."""
     return _qwen_moe(r, _qwen3(r, head_dim_default=0), shared=False)
 
 
-def _olmo2(r: _Reader) -> dict:
+def _olmo2(r: ConfigReader) -> dict:
     """OLMo 2: q/k RMSNorms over all heads (a*d and g*d), norms after attention and after the FFN, none
     before (modeling_olmo2.py: post_attention_layernorm, post_feedforward_layernorm)."""
-    return _dense(r, bias=_linear_bias(r)) | {"qk_norm": True, "qk_norm_all_heads": True}
+    return dense_fields(r, bias=linear_bias_fields(r)) | {"qk_norm": True, "qk_norm_all_heads": True}
 
 
 # Gemma3TextConfig's defaults (transformers configuration_gemma3.py): a Gemma 3 multimodal checkpoint's
@@ -119,13 +119,13 @@ GEMMA3_TEXT_DEFAULTS = {
 }
 
 
-def _gemma3_text(r: _Reader) -> dict:
+def _gemma3_text(r: ConfigReader) -> dict:
     """Gemma 3 text model: Gemma 2's four norms per block, plus q/k RMSNorms of head_dim (modeling_gemma3.py)."""
-    fields = _gemma(_Reader(r.cfg, r.path, GEMMA3_TEXT_DEFAULTS, r.where), norms=4)
+    fields = _gemma(ConfigReader(r.cfg, r.path, GEMMA3_TEXT_DEFAULTS, r.where), norms=4)
     return fields | {"qk_norm": True}
 
 
-def _gemma3(r: _Reader) -> dict:
+def _gemma3(r: ConfigReader) -> dict:
     """Gemma 3 4B-27B (Gemma3ForConditionalGeneration): the text model of text_config; the SigLIP vision tower
     and projector are not counted (give them through n_params)."""
     return _gemma3_text(r.nested("text_config", GEMMA3_TEXT_DEFAULTS))
@@ -140,13 +140,13 @@ LLAMA4_TEXT_DEFAULTS = {
 }
 
 
-def _llama4_text(r: _Reader) -> dict:
+def _llama4_text(r: ConfigReader) -> dict:
     """Llama 4 text model (modeling_llama4.py): MoE blocks at moe_layers (every interleave_moe_layer_step-th
     layer) with a router, routed experts of intermediate_size and one shared expert of the same size; dense
     blocks of intermediate_size_mlp between them. The q/k L2 norm (use_qk_norm) has no weights, and no-rope and
     chunked-attention layers change no parameter."""
-    r = _Reader(r.cfg, r.path, LLAMA4_TEXT_DEFAULTS, r.where)
-    fields = _dense(r, bias=_linear_bias(r), head_dim_default=128)
+    r = ConfigReader(r.cfg, r.path, LLAMA4_TEXT_DEFAULTS, r.where)
+    fields = dense_fields(r, bias=linear_bias_fields(r), head_dim_default=128)
     n_layers, step = fields["n_layers"], r.size("interleave_moe_layer_step")
     moe_layers = r.ints("moe_layers")
     if moe_layers is not None and moe_layers != list(range(step - 1, n_layers, step)):
@@ -160,17 +160,17 @@ def _llama4_text(r: _Reader) -> dict:
     }
 
 
-def _llama4(r: _Reader) -> dict:
+def _llama4(r: ConfigReader) -> dict:
     """Llama 4 Scout / Maverick (Llama4ForConditionalGeneration): the text model of text_config; the vision
     tower and projector are not counted (give them through n_params)."""
     return _llama4_text(r.nested("text_config", LLAMA4_TEXT_DEFAULTS))
 
 
-def _gpt_oss(r: _Reader) -> dict:
+def _gpt_oss(r: ConfigReader) -> dict:
     """gpt-oss (modeling_gpt_oss.py): biases on q, k, v, o (attention_bias, true by default), one sink logit per
     head, every block MoE with a biased router and experts whose gate_up and down projections carry biases.
     The alternating sliding-window layers change no parameter."""
-    fields = _dense(r, bias=_linear_bias(r, attention_default=True), head_dim_default=64)
+    fields = dense_fields(r, bias=linear_bias_fields(r, attention_default=True), head_dim_default=64)
     return fields | {
         "d_ff": 0,
         "n_experts": r.size("num_local_experts"),
@@ -182,7 +182,7 @@ def _gpt_oss(r: _Reader) -> dict:
     }
 
 
-def _deepseek(r: _Reader) -> dict:
+def _deepseek(r: ConfigReader) -> dict:
     """DeepSeek-V2/V3 and Kimi K2: MLA attention (arXiv:2405.04434 sec. 2.1) and DeepSeekMoE after
     first_k_dense_replace dense blocks. V3's multi-token-prediction module (num_nextn_predict_layers) is not
     counted. transformers' modules build every layer from first_k_dense_replace on as MoE (moe_layer_freq is not
@@ -191,7 +191,7 @@ def _deepseek(r: _Reader) -> dict:
         r.fail("attention_bias / mlp_bias = true cannot be expressed for MLA (biases on q_a, kv_a and o)")
     if r.size("moe_layer_freq", 1) != 1:
         r.fail("moe_layer_freq > 1 (dense layers between MoE layers) cannot be expressed")
-    fields = _attention(r) | {
+    fields = attention_fields(r) | {
         "head_dim": r.size("qk_nope_head_dim"),
         "d_ff": r.size("intermediate_size"),
         "ffn_type": "swiglu",
@@ -219,9 +219,9 @@ def _deepseek(r: _Reader) -> dict:
 
 MAPPERS = {
     "llama": _llama,
-    "mistral": _dense,  # MistralAttention / MistralMLP build no bias
-    "phi3": lambda r: _dense(r) | {"fused_projections": True},  # qkv_proj, gate_up_proj: same count
-    "qwen2": lambda r: _dense(r, bias={"linear_bias": "qkv"}),  # q, k, v biases always
+    "mistral": dense_fields,  # MistralAttention / MistralMLP build no bias
+    "phi3": lambda r: dense_fields(r) | {"fused_projections": True},  # qkv_proj, gate_up_proj: same count
+    "qwen2": lambda r: dense_fields(r, bias={"linear_bias": "qkv"}),  # q, k, v biases always
     "gemma": lambda r: _gemma(r, norms=2),
     "gemma2": lambda r: _gemma(r, norms=4),
     "gemma3": _gemma3,

@@ -10,7 +10,7 @@ from engine.inputs.model_fields import MAX_DIM
 from engine.inputs.vocabulary import shown
 
 
-class _Reader:
+class ConfigReader:
     """Typed access to one parsed config.json; every failure names the file and the key.
 
     `defaults` stands in for keys the file leaves out, as the transformers config class fills them (the
@@ -56,15 +56,15 @@ class _Reader:
             self.fail(f"'{self.where}{key}' must be a list of integers, got {shown(value)}")
         return value
 
-    def nested(self, key: str, defaults: dict) -> "_Reader":
+    def nested(self, key: str, defaults: dict) -> "ConfigReader":
         """The reader of a nested config (a multimodal checkpoint's text_config)."""
         sub = self.cfg.get(key)
         if not isinstance(sub, dict):
             self.fail(f"missing or malformed '{self.where}{key}' (expected a JSON object)")
-        return _Reader(sub, self.path, defaults, f"{self.where}{key}.")
+        return ConfigReader(sub, self.path, defaults, f"{self.where}{key}.")
 
 
-def _attention(r: _Reader, head_dim_default: int = 0) -> dict:
+def attention_fields(r: ConfigReader, head_dim_default: int = 0) -> dict:
     """Layers, widths, heads and vocabulary under the names Llama-style configs use.
 
     head_dim_default: what the config class puts in head_dim when the file has none (Qwen3: 128); 0 = h / a.
@@ -85,7 +85,7 @@ def _attention(r: _Reader, head_dim_default: int = 0) -> dict:
     return fields
 
 
-def _linear_bias(r: _Reader, *, attention_default: bool = False, reads_mlp_bias: bool = False) -> dict:
+def linear_bias_fields(r: ConfigReader, *, attention_default: bool = False, reads_mlp_bias: bool = False) -> dict:
     """The biases the module builds from `attention_bias` (q, k, v and o) and, where it reads it (Llama),
     `mlp_bias` (the FFN). Only for the types whose modules read them: Mistral, Mixtral and Phi-3 build no bias
     whatever the file says, Qwen2 always q, k, v."""
@@ -98,9 +98,9 @@ def _linear_bias(r: _Reader, *, attention_default: bool = False, reads_mlp_bias:
     return {"linear_bias": "qkv", "attn_out_bias": True} if attn else {"linear_bias": "none"}
 
 
-def _dense(r: _Reader, *, tied: bool = False, bias: dict | None = None, head_dim_default: int = 0) -> dict:
+def dense_fields(r: ConfigReader, *, tied: bool = False, bias: dict | None = None, head_dim_default: int = 0) -> dict:
     """A Llama-style decoder: gated FFN (SwiGLU / GeGLU, 3 matrices), RMSNorm, untied head unless `tied`."""
-    return _attention(r, head_dim_default) | {
+    return attention_fields(r, head_dim_default) | {
         "d_ff": r.size("intermediate_size"),
         "ffn_type": "swiglu",
         "tied_embeddings": r.flag("tie_word_embeddings", tied),

@@ -14,7 +14,7 @@ ranks, P parameters. docs/peers.md tabulates the three against memsim and explai
 `python -m engine.checks.peers.table` prints that table.
 """
 
-from engine.checks.peers.common import _ref, dp_size, n_gpus, record  # noqa: F401
+from engine.checks.peers.common import python_body, dp_size, n_gpus, record  # noqa: F401
 from engine.checks.peers.deepspeed import (  # noqa: F401
     deepspeed_params,
     deepspeed_zero_estimate,

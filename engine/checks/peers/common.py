@@ -1,6 +1,6 @@
 """Helpers the peer re-derivations share."""
 
-def _ref(formula):
+def python_body(formula):
     """The plain-Python body of a memsim formula (no numba compile for a one-off comparison)."""
     return getattr(formula, "py_func", formula)
 

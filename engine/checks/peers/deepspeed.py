@@ -2,7 +2,7 @@
 re-derived in plain Python."""
 
 
-from engine.checks.peers.common import _ref, n_gpus
+from engine.checks.peers.common import python_body, n_gpus
 from engine.inputs.codes import (
     Offload,
 )
@@ -32,7 +32,7 @@ def deepspeed_params(c, with_head: bool = False) -> int:
     the estimator). T0_3B: 2,849,757,184 - 32128 * 2048 = 2,783,959,040, printed '2783M'. A tied head shares
     the embedding's storage, which model_to_params counts once, so nothing changes for tied models.
     """
-    P = int(_ref(_params.param_count)(c))
+    P = int(python_body(_params.param_count)(c))
     if c.lm_head and not c.tied_embeddings and not with_head:
         P -= c.vocab * c.d_model
     return P
@@ -70,7 +70,7 @@ def deepspeed_zero_estimate(c, with_head: bool = False, legacy_zero2: bool = Fal
     offload = c.offload != Offload.NONE
     if c.zero_stage == 2:
         return _zero2_gpu_bytes(P, gpus, offload, legacy_zero2)
-    largest = int(_ref(_params.largest_layer_params)(c))
+    largest = int(python_body(_params.largest_layer_params)(c))
     return _zero3_gpu_bytes(P, largest, gpus, offload, c.offload == Offload.OPTIMIZER_PARAMS)
 
 
@@ -90,7 +90,7 @@ def deepspeed_zero_estimate_host(
     P, offload = deepspeed_params(c, with_head), c.offload != Offload.NONE
     if c.zero_stage == 2:
         return int(P * (max(4 * total, 16) if offload else 4 * per_node) * abf)
-    largest = int(_ref(_params.largest_layer_params)(c))
+    largest = int(python_body(_params.largest_layer_params)(c))
     if not offload:
         return int((largest if zero_init else P) * 4 * per_node * abf)
     states = 18 if c.offload == Offload.OPTIMIZER_PARAMS else 16  # + fp32 params, or fp16 params stay on GPU

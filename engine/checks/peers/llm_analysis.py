@@ -2,7 +2,7 @@
 
 import re
 
-from engine.checks.peers.common import _ref, dp_size
+from engine.checks.peers.common import python_body, dp_size
 from engine.inputs.codes import (
     Attn,
     Ckpt,
@@ -46,7 +46,7 @@ def _llma_layer_params(c):
     """(attention, MLP, router, norms) per layer: 2h^2 + 2h*h*g'/a with g' = max(g/t, 1)*t; 2hfE (two matrices,
     gated or not); hE when E > 1; 2h. head_dim is taken as h/a; biases are not counted."""
     h, a, t = c.d_model, c.n_heads, c.tp
-    g = max(_ref(_params.kv_heads)(c) / t, 1) * t
+    g = max(python_body(_params.kv_heads)(c) / t, 1) * t
     E = max(c.n_experts, 1)
     f = c.moe_d_ff if E > 1 else c.d_ff
     return 2 * h**2 + 2 * h * (h * g / a), 2 * h * f * E, (h * E if E > 1 else 0), 2 * h

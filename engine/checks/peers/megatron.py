@@ -1,7 +1,7 @@
 """Megatron-LM's theoretical memory (megatron/training/theoretical_memory_usage.py), re-derived in plain Python."""
 
 
-from engine.checks.peers.common import _ref, dp_size, n_gpus
+from engine.checks.peers.common import python_body, dp_size, n_gpus
 from engine.inputs.codes import (
     FFN,
     Bias,
@@ -26,7 +26,7 @@ def megatron_padded_vocab(c) -> int:
 
 def _megatron_attention_params(c):
     """self_attn_term: 2h*h*(1 + g/a)*(d*a/h) = 2h(a + g)d for MHA/GQA; the MLA form with q/kv low-rank norms."""
-    h, a, g, d = c.d_model, c.n_heads, _ref(_params.kv_heads)(c), _ref(_params.head_dim)(c)
+    h, a, g, d = c.d_model, c.n_heads, python_body(_params.kv_heads)(c), python_body(_params.head_dim)(c)
     if c.kv_lora_rank == 0:
         return 2 * h * h * ((1 + g / a) * (d * a / h))
     ns = 1 if c.norm_type == Norm.RMSNORM else 2
