@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.ask.explain import evaluate_case, evaluate_cases
+from engine.ask.evaluate import evaluate_case, evaluate_cases
 from engine.ask.plan_search import decode_inputs, run_search, user_inputs
 from engine.ask.plan_space import SEARCHED, build_spaces, method_of
 from engine.configure.resolve import MODEL_FIELD_NAMES, resolve_case

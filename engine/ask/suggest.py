@@ -15,16 +15,11 @@ The rules (issue #22):
 import math
 
 from engine.ask.changes import variants
+from engine.ask.evaluate import evaluate_cases
 from engine.inputs.codes import Framework, name_of
 from engine.model.levels import host_ram_per_gpu
 
 TIME_FIELDS = ("step_time_s", "tokens_per_gpu_s", "mfu", "cost_per_mtok")
-
-
-def evaluate_cases(cases):
-    from engine.ask.explain import evaluate_cases as batch  # explain imports this module
-
-    return batch(cases)
 
 
 def method_of(rec) -> tuple[int, int]:

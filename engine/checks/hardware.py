@@ -11,7 +11,7 @@ import csv
 import statistics
 
 from engine import DATA_DIR
-from engine.ask.explain import evaluate_cases
+from engine.ask.evaluate import evaluate_cases
 from engine.checks.validate import GIB, config_of
 
 HARDWARE = DATA_DIR / "golden" / "hardware.csv"

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from engine import DATA_DIR
-from engine.ask.explain import evaluate_case, evaluate_cases
+from engine.ask.evaluate import evaluate_case, evaluate_cases
 from engine.checks.peers import deepspeed_zero_estimate
 from engine.inputs.vocabulary import INPUTS
 from engine.model.levels import rank_terms

@@ -26,9 +26,9 @@ DOC_CASES = {
 
 
 def _memsim(case: dict) -> dict | None:
-    """memsim's own outputs through engine.ask.explain.evaluate_case, when it runs (None otherwise)."""
+    """memsim's own outputs through engine.ask.evaluate.evaluate_case, when it runs (None otherwise)."""
     try:
-        from engine.ask.explain import evaluate_case
+        from engine.ask.evaluate import evaluate_case
 
         return evaluate_case(case)
     except Exception:  # the memsim column is optional: the peers do not depend on it
