@@ -7,6 +7,7 @@ import numpy as np
 
 from engine.ask.evaluate import evaluate_case, evaluate_cases, python_value  # noqa: F401 (explain's API)
 from engine.ask.suggest import combined, framework_line, framework_peaks, suggestions  # noqa: F401 (explain's API)
+from engine.ask.temporaries import SOURCES, temporaries_at_peak
 from engine.catalogs import catalog
 from engine.dataset.columns import output_columns
 from engine.inputs.codes import (
@@ -20,7 +21,7 @@ from engine.inputs.codes import (
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
-from engine.model.levels import host_ram_per_gpu
+from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
@@ -107,6 +108,8 @@ def explain(case: dict) -> dict:
         "valid": bool(r["valid"]),
         "invalid_reason": INVALID_REASONS[Invalid(r["invalid_reason"])],
         "breakdown_bytes": dict(breakdown(r)) if r["allocated_peak_bytes"] >= 0 else {},
+        "temporaries": [{"part": name, "bytes": size, "source": SOURCES[name]} for name, size in
+                        temporaries_at_peak(rec, rank_terms(rec))] if r["temp_bytes"] >= 0 else [],
         "outputs": named_outputs(r),
         "peak_phase": name_of(Phase(r["peak_phase"])) if r["peak_phase"] >= 0 else None,
         "bottleneck": COMPONENT_LABELS[Component(r["bottleneck"])] if r["bottleneck"] >= 0 else None,
@@ -146,6 +149,8 @@ def render(result: dict) -> str:
     lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")
     for label, size in result["breakdown_bytes"].items():
         lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
+        if label == "temporaries" and len(result["temporaries"]) > 1:  # what they are (temporaries.py)
+            lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["temporaries"]]
     cap, usable = result["outputs"]["capacity_bytes"], result["usable_bytes"]
     lines.append("-" * 47)
     lines.append(f"{'device peak (nvidia-smi)':<30}{peak / GIB:>9.2f}   of {cap / GIB:.1f} GiB, {usable / GIB:.1f} usable after headroom")

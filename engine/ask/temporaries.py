@@ -1,0 +1,138 @@
+"""The temporaries bucket at the peak, by name: what `memsim explain` lists under "temporaries" (issue #21 item 7).
+
+peak.stage_peak sums each phase's transient buffers into one number, the fastest form for the kernels. This module
+re-adds the same terms, each under its name and source, for the candidate peak the model picked: the same rank
+(peak.peak's first, middle or last), the same phase and the same total. It is plain Python, called once per
+explained configuration; tests/test_temporaries.py holds every itemization to the kernel's temp_bytes, so
+a change to stage_peak that this module does not follow fails there. A peak it cannot match (none seen in the
+tests) comes back as one "temporaries" part.
+"""
+
+from engine.inputs.codes import Phase
+from engine.model.common import ceil_div
+from engine.model.held import held_graph_bytes, held_logits_bytes
+from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
+from engine.model.peak import (
+    buckets_bytes,
+    embedding_grad_temp_bytes,
+    forward_cast_bytes,
+    grads_live_in_forward,
+    saved_cast_bytes,
+    stage_peak,
+    stage_share,
+)
+from engine.model.pipeline import recv_buffer_bytes
+from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
+from engine.model.split import rank_layers, stage_ranks
+from engine.model.stage import rank_layer_activation_bytes, recompute_bytes
+from engine.model.temporaries import backward_workspace_bytes, tied_gradient_sum_bytes
+
+# name -> where the buffer comes from
+SOURCES = {
+    "autocast weight casts": "torch.autocast's cached 16-bit copies (aten/src/ATen/autocast_mode.cpp cached_cast)",
+    "gathered/dequantized weights": "ZeRO-3 / FSDP all-gathered blocks, a quantized base's dequantized weight "
+                                    "(sharding.py, temporaries.py dequant_bytes)",
+    "logits and loss": "the LM head's logits, their fp32 upcast and the loss's buffers (loss.py)",
+    "LM-head gradient": "the logits' gradient into the head (loss.py head_gradient_bytes)",
+    "gradient buckets": "DDP / DeepSpeed gradient buckets (temporaries.py ddp_bucket_bytes)",
+    "pipeline receive buffers": "activations received from the previous stage (pipeline.py)",
+    "held logits and graph": "the last micro-step's logits and graph a loop keeps (held.py, outputs_held)",
+    "layer backward workspace": "one block's gradient workspace (temporaries.py backward_workspace_bytes)",
+    "recomputed activations": "one checkpointed block's activations, recomputed in backward (stage.py)",
+    "prefetched blocks": "FSDP's next blocks gathered ahead in backward (sharding.py prefetch_bytes)",
+    "reduce-scatter buffers": "one block's gradients on their way to the shards (sharding.py)",
+    "loss backward": "the loss's gradient buffers and the head's prefetched shard (loss.py, sharding.py)",
+    "embedding gradient": "the first stage's dense V x h embedding gradient (peak.py embedding_grad_temp_bytes)",
+    "sharding buffers": "what ZeRO / FSDP holds when backward ends (sharding.py end_of_backward_bytes)",
+    "tied-embedding gradient sum": "the tied embedding's two gradients summed (temporaries.py)",
+    "optimizer step buffers": "the optimizer step's own buffers: foreach copies, fp32 upcasts (temporaries.py)",
+    "next group gathered": "FSDP's next group gathered while a block reduce-scatters (sharding.py)",
+    "temporaries": "peak.py stage_peak (not itemized: tests/test_temporaries.py says where this happens)",
+}
+
+
+def forward_parts(c, r, rank, last, g):
+    kept = recv_buffer_bytes(c, rank)
+    parts = [("autocast weight casts", forward_cast_bytes(c, r, rank, last)),
+             ("gathered/dequantized weights", r.gather_bytes)]
+    if last:
+        parts += [("logits and loss", loss_forward_bytes(c)), ("LM-head gradient", head_gradient_bytes(c))]
+    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, g))),
+                    ("pipeline receive buffers", kept)]
+
+
+def held_forward_parts(c, r, rank, last, g):
+    """outputs_held: the model's forward returned, its loss not begun (peak.stage_peak's model_t)."""
+    held, graph = held_logits_bytes(c, last), held_graph_bytes(c, rank_layers(c, rank))
+    parts = [p for p in forward_parts(c, r, rank, last, g) if p[0] not in ("logits and loss", "LM-head gradient")]
+    return parts + [("held logits and graph", 2 * held + graph)]
+
+
+def backward_parts(c, r, rank, last, g):
+    parts = [("gathered/dequantized weights", r.gather_bytes),
+             ("autocast weight casts", saved_cast_bytes(c, r, rank, last))]
+    if last:
+        parts.append(("LM-head gradient", head_gradient_bytes(c)))
+    freed = ceil_div(rank_layer_activation_bytes(c, r, rank, 0), max(rank_layers(c, rank), 1))
+    layer = [("layer backward workspace", backward_workspace_bytes(c)),
+             ("recomputed activations", recompute_bytes(c, r)), ("prefetched blocks", 2 * r.prefetch_bytes),
+             ("reduce-scatter buffers", max(0, r.reduce_bytes - freed))]
+    loss = [("loss backward", loss_prefetch_bytes(c, r) + loss_backward_bytes(c))] if last else []
+    parts += layer if sum(b for _, b in layer) >= sum(b for _, b in loss) else loss
+    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, g))),
+                    ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
+                    ("held logits and graph", held_logits_bytes(c, last))]
+
+
+def end_of_backward_parts(c, r, rank, last):
+    kept, held = recv_buffer_bytes(c, rank), held_logits_bytes(c, last)
+    if c.optimizer_in_backward:
+        return [("sharding buffers", r.end_bytes), ("optimizer step buffers", r.step_bytes),
+                ("pipeline receive buffers", kept)]
+    return [("sharding buffers", r.end_bytes), ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
+            ("tied-embedding gradient sum", tied_gradient_sum_bytes(c)), ("pipeline receive buffers", kept),
+            ("held logits and graph", held + held_graph_bytes(c, rank_layers(c, rank)))]
+
+
+def optimizer_parts(c, r, rank, last):
+    return [("optimizer step buffers", stage_share(c, r, rank, r.step_bytes)),
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
+            ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
+            ("held logits and graph", held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank)))]
+
+
+def candidates(c, r, rank):
+    """(phase, parts) of every peak stage_peak weighs for pipeline rank `rank`."""
+    last, g = rank == c.pp - 1, grads_live_in_forward(c, rank)
+    found = [(Phase.FORWARD, forward_parts(c, r, rank, last, g)), (Phase.BACKWARD, backward_parts(c, r, rank, last, g)),
+             (Phase.BACKWARD, end_of_backward_parts(c, r, rank, last))]
+    if c.outputs_held:
+        found.append((Phase.FORWARD, held_forward_parts(c, r, rank, last, g)))
+    if c.pp > 1 and not g and c.grad_accum > 1:  # the second backward and the end of the first stage's
+        buckets = ("gradient buckets", stage_share(c, r, rank, r.bucket_bytes))
+        found.append((Phase.BACKWARD, backward_parts(c, r, rank, last, g) + [buckets]))
+        found.append((Phase.BACKWARD, [("pipeline receive buffers", recv_buffer_bytes(c, rank)),
+                                       ("embedding gradient", embedding_grad_temp_bytes(c, rank)), buckets]))
+    if not c.optimizer_in_backward:  # with it, the step runs in backward's hooks: end_of_backward_parts
+        found.append((Phase.OPTIMIZER, optimizer_parts(c, r, rank, last)))
+        if fsdp(c):
+            found.append((Phase.BACKWARD, [("reduce-scatter buffers", r.reduce_bytes),
+                                           ("next group gathered", next_group_gather_bytes(c, r)),
+                                           ("pipeline receive buffers", recv_buffer_bytes(c, rank))]))
+    return found
+
+
+def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
+    """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
+    peaks = [(stage_peak(c, r, rank), rank) for rank in dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))]
+    best, rank = peaks[0]
+    for p, k in peaks[1:]:
+        if p.allocated_bytes > best.allocated_bytes:
+            best, rank = p, k
+    for phase, parts in candidates(c, r, rank):
+        merged = {}
+        for name, size in parts:
+            merged[name] = merged.get(name, 0) + int(size)
+        if phase.value == best.phase and sum(merged.values()) == best.temp_bytes:
+            return sorted(((n, b) for n, b in merged.items() if b > 0), key=lambda nb: -nb[1])
+    return [("temporaries", int(best.temp_bytes))] if best.temp_bytes > 0 else []  # SOURCES["temporaries"]
