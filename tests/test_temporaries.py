@@ -26,7 +26,7 @@ AXES = {
 }
 
 
-def cases(n=400, seed=21):
+def cases(n=200, seed=21):
     rng = random.Random(seed)
     for _ in range(n):
         pick = {k: rng.choice(v) for k, v in AXES.items()}
@@ -49,4 +49,4 @@ def test_named_temporaries_add_up_to_temp_bytes_at_the_peak():
         assert sum(size for _, size in parts) == s.columns.temp_bytes, case
         assert "temporaries" not in dict(parts) and set(dict(parts)) <= set(SOURCES), (case, parts)  # no lump
         itemized += 1
-    assert itemized > 150  # most sampled cases run: the test covers what it claims
+    assert itemized > 80  # most sampled cases run: the test covers what it claims
