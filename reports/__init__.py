@@ -11,11 +11,35 @@ import importlib
 import pkgutil
 from types import ModuleType
 
+import altair as alt
+
 # altair refuses (or, with the limit lifted, slowly draws) data over 5,000 rows; queries aggregate far below it
 MAX_ROWS = 5_000
 
 # What a report can bind a query parameter to: the picks engine/report.py makes (or the user gives).
 PICKS = ("method", "model", "gpu", "min_gpus", "layout_gpus")
+
+# The columns that several charts show in their tooltips, titled (and formatted) here once so that a column reads
+# the same in every chart: column -> (Vega-Lite type, title[, number format]).
+TOOLTIP_COLUMNS = {
+    "model": ("N", "model"),
+    "gpu": ("N", "GPU type"),
+    "n_gpus": ("Q", "GPUs"),
+    "n_params": ("Q", "parameters", ","),
+    "tp": ("Q", "tensor parallel"),
+    "pp": ("Q", "pipeline parallel"),
+    "zero_stage": ("Q", "ZeRO stage"),
+    "checkpointing": ("N", "recompute"),
+    "micro_batch": ("Q", "micro-batch (samples)"),
+    "seq_len": ("Q", "sequence (tokens)", ","),
+    "device_peak_gib": ("Q", "device peak (GiB)", ",.3f"),
+    "usable_gib": ("Q", "usable (GiB)", ",.3f"),
+    "spare_gib": ("Q", "to spare (GiB)", ",.3f"),
+    "fitting": ("Q", "layouts that fit", ","),
+    "price_source": ("N", "price source"),
+    "price_date": ("N", "price date"),
+}
+LAYOUT = ("tp", "pp", "zero_stage", "checkpointing")  # the parallel layout, as the tooltips list it
 
 
 def chart_modules() -> list[ModuleType]:
@@ -35,6 +59,19 @@ def heading(module: ModuleType) -> tuple[str, str]:
     title = lines[0] if lines else short_name(module)
     body = " ".join(line for line in lines[1:] if line and set(line) != {"-"})
     return title, body
+
+
+def tooltips(*columns: str | alt.Tooltip, **titles: str) -> list[alt.Tooltip]:
+    """The tooltip of each column, in order: a column of TOOLTIP_COLUMNS by its name, or a chart's own
+    alt.Tooltip as it is. A keyword gives a shared column this chart's own title (pp="pipeline stages")."""
+    shown = []
+    for column in columns:
+        if isinstance(column, str):
+            kind, title, *number = TOOLTIP_COLUMNS[column]
+            number_format = number[0] if number else alt.Undefined
+            column = alt.Tooltip(f"{column}:{kind}", title=titles.get(column, title), format=number_format)
+        shown.append(column)
+    return shown
 
 
 def price_basis(rows) -> str:

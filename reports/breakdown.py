@@ -7,6 +7,8 @@ Each model's fewest-GPU layout on one GPU type, its device peak split into compo
 import altair as alt
 import polars as pl
 
+from reports import tooltips
+
 POSITION = 4
 QUERY = "report_breakdown"
 NEEDS_FULL_ROWS = True  # the seven components: not in a sweep written with [output] compact = true
@@ -38,15 +40,15 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart:
         y,
         alt.Color("component:N").scale(domain=list(COMPONENTS.values()), scheme="tableau10").title("component"),
         alt.Order("stack_order:Q"),
-        tooltip=[
-            alt.Tooltip("model:N", title="model"),
+        tooltip=tooltips(
+            "model",
             alt.Tooltip("component:N", title="component"),
             alt.Tooltip("gib:Q", format=",.3f", title="GiB"),
-            alt.Tooltip("device_peak_gib:Q", format=",.3f", title="device peak (GiB)"),
+            "device_peak_gib",
             alt.Tooltip("peak_phase:N", title="peak phase"),
-            alt.Tooltip("micro_batch:Q", title="micro-batch (samples)"),
-            alt.Tooltip("seq_len:Q", format=",", title="sequence (tokens)"),
-        ],
+            "micro_batch",
+            "seq_len",
+        ),
     )
     base = alt.Chart(rows)
     capacity = base.mark_rule(color="black", strokeWidth=2).encode(

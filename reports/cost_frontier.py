@@ -7,7 +7,7 @@ For each model, what training a fixed number of tokens costs against how long it
 import altair as alt
 import polars as pl
 
-from reports import price_basis
+from reports import price_basis, tooltips
 
 POSITION = 4
 QUERY = "report_cost_frontier"
@@ -53,8 +53,8 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         alt.Y("usd:Q").scale(type="log", nice=False, padding=16).axis(labelOverlap="greedy", format="$,.3~s")
         .title(f"$ to train {tokens} tokens (USD, log scale)"),
         alt.Color("gpu:N").title("GPU type"),
-        tooltip=[
-            alt.Tooltip("model:N", title="model"),
+        tooltip=tooltips(
+            "model",
             alt.Tooltip("fleet:N", title="fleet"),
             alt.Tooltip("days:Q", format=",.1f", title="days"),
             alt.Tooltip("usd:Q", format="$,.0f", title="cost (USD)"),
@@ -62,8 +62,8 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
             alt.Tooltip("tokens_per_gpu_s:Q", format=",.0f", title="tokens/s per GPU"),
             alt.Tooltip("layout:N", title="fastest layout"),
             alt.Tooltip("on_frontier:N", title="on the frontier"),
-            alt.Tooltip("price_source:N", title="price source"),
-        ],
+            "price_source",
+        ),
     )
     dots = base.mark_point(filled=True, size=40, opacity=0.35)
     frontier = base.transform_filter("datum.on_frontier")

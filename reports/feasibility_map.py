@@ -7,6 +7,8 @@ Which models train at each GPU count on each GPU type: green cells fit (darker: 
 import altair as alt
 import polars as pl
 
+from reports import tooltips
+
 POSITION = 1
 QUERY = "report_feasibility_map"
 PARAMS = {"method": "method"}
@@ -19,19 +21,13 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         alt.Y("model_label:N").sort(alt.EncodingSortField("n_params", op="max", order="descending"))
         .title("model (parameters)"),
     )
-    where = [
-        alt.Tooltip("gpu:N", title="GPU type"),
-        alt.Tooltip("model:N", title="model"),
-        alt.Tooltip("n_params:Q", format=",", title="parameters"),
-        alt.Tooltip("n_gpus:Q", title="GPUs"),
-    ]
+    where = tooltips("gpu", "model", "n_params", "n_gpus")
     misses = base.mark_rect(color="#d9d9d9").transform_filter("!datum.any_fits").encode(
         tooltip=[*where, alt.Tooltip("least_miss_gib:Q", format=",.3f", title="closest layout over usable memory (GiB)")]
     )
     fits = base.mark_rect().transform_filter("datum.any_fits").encode(
         alt.Color("best_spare_gib:Q").scale(scheme="greens").title(SPARE),
-        tooltip=[*where, alt.Tooltip("fitting:Q", format=",", title="layouts that fit"),
-                 alt.Tooltip("best_spare_gib:Q", format=",.3f", title=SPARE)],
+        tooltip=tooltips(*where, "fitting", alt.Tooltip("best_spare_gib:Q", format=",.3f", title=SPARE)),
     )
     dark = 0.55 * (rows["best_spare_gib"].max() or 0)  # white text on the darker half of the colour scale
     labels = base.mark_text(fontSize=8).transform_filter("datum.any_fits").encode(

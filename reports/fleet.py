@@ -7,23 +7,23 @@ For each model, the GPU types ranked by the fewest GPUs that train it (left) and
 import altair as alt
 import polars as pl
 
-from reports import price_basis
+from reports import price_basis, tooltips
 
 POSITION = 3
 QUERY = "cheapest_fleet"
 PARAMS = {}  # cheapest_fleet.sql returns every method; the report keeps the rows of the one it shows
 
-TOOLTIP = [
-    alt.Tooltip("model:N", title="model"),
-    alt.Tooltip("gpu:N", title="GPU type"),
+TOOLTIP = tooltips(
+    "model",
+    "gpu",
     alt.Tooltip("min_gpus:Q", format=",", title="fewest GPUs"),
     alt.Tooltip("nodes:Q", format=",", title="nodes"),
     alt.Tooltip("usd_per_gpu_hour:Q", format="$,.3f", title="$/GPU-hour"),
     alt.Tooltip("fleet_usd_per_hour:Q", format="$,.2f", title="fleet $/h"),
     alt.Tooltip("nodes_usd_per_hour:Q", format="$,.2f", title="its whole nodes $/h"),
-    alt.Tooltip("price_source:N", title="price source"),
-    alt.Tooltip("price_date:N", title="price date"),
-]
+    "price_source",
+    "price_date",
+)
 
 
 def powers(values: list[float], base: int) -> list[float]:

@@ -7,6 +7,8 @@ The largest catalog model (parameters, log scale) that trains on each GPU type a
 import altair as alt
 import polars as pl
 
+from reports import LAYOUT, tooltips
+
 POSITION = 2
 QUERY = "frontier"
 PARAMS = {}  # frontier.sql returns every method; the report keeps the rows of the one it shows
@@ -43,19 +45,8 @@ def chart(rows: pl.DataFrame) -> alt.LayerChart:
     # GPU types often share a step: dashes keep overlapping lines apart; one mark keeps one legend
     lines = base.mark_line(interpolate="step-after", opacity=0.8, point=alt.OverlayMarkDef(filled=True, size=50)).encode(
         alt.StrokeDash("gpu:N").title("GPU type"),
-        tooltip=[
-            alt.Tooltip("gpu:N", title="GPU type"),
-            alt.Tooltip("n_gpus:Q", title="GPUs"),
-            alt.Tooltip("model:N", title="largest model that fits"),
-            alt.Tooltip("n_params:Q", format=",", title="parameters"),
-            alt.Tooltip("tp:Q", title="tensor parallel"),
-            alt.Tooltip("pp:Q", title="pipeline parallel"),
-            alt.Tooltip("zero_stage:Q", title="ZeRO stage"),
-            alt.Tooltip("checkpointing:N", title="recompute"),
-            alt.Tooltip("micro_batch:Q", title="micro-batch (samples)"),
-            alt.Tooltip("seq_len:Q", format=",", title="sequence (tokens)"),
-            alt.Tooltip("spare_gib:Q", format=",.3f", title="to spare: usable - device peak (GiB)"),
-        ],
+        tooltip=tooltips("gpu", "n_gpus", "model", "n_params", *LAYOUT, "micro_batch", "seq_len", "spare_gib",
+                         model="largest model that fits", spare_gib="to spare: usable - device peak (GiB)"),
     )
     # name each model once, where the first GPU type reaches it
     names = base.mark_text(align="left", dx=4, dy=-8, fontSize=10).encode(

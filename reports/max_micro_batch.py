@@ -7,6 +7,8 @@ For one model, the largest micro-batch (samples per GPU) that fits on each GPU t
 import altair as alt
 import polars as pl
 
+from reports import LAYOUT, tooltips
+
 POSITION = 6
 QUERY = "report_max_micro_batch"
 PARAMS = {"method": "method", "model": "model"}
@@ -28,23 +30,19 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         alt.X("n_gpus:O").title("GPUs (count)"),
         alt.Y("gpu:N").title("GPU type"),
     )
-    where = [alt.Tooltip("gpu:N", title="GPU type"), alt.Tooltip("n_gpus:Q", title="GPUs"),
-             alt.Tooltip("seq_len:Q", format=",", title="sequence (tokens)")]
+    where = tooltips("gpu", "n_gpus", "seq_len")
     none_fit = base.mark_rect(color="#d9d9d9").transform_filter("datum.max_micro_batch == null").encode(tooltip=where)
     legend = alt.Legend(labelExpr=f"datum.value == {top} ? datum.label + '+' : datum.label")
     cells = base.mark_rect().transform_filter("datum.max_micro_batch != null").encode(
         alt.Color("max_micro_batch:O").scale(scheme="blues").legend(legend).title(LEGEND),
-        tooltip=[
+        tooltip=tooltips(
             *where,
             alt.Tooltip("label:N", title=LEGEND),
             alt.Tooltip("tokens_per_gpu:Q", format=",", title="tokens per GPU per micro-step"),
-            alt.Tooltip("tp:Q", title="tensor parallel"),
-            alt.Tooltip("pp:Q", title="pipeline parallel"),
-            alt.Tooltip("zero_stage:Q", title="ZeRO stage"),
-            alt.Tooltip("checkpointing:N", title="recompute"),
-            alt.Tooltip("device_peak_gib:Q", format=",.3f", title="device peak (GiB)"),
-            alt.Tooltip("spare_gib:Q", format=",.3f", title="to spare (GiB)"),
-        ],
+            *LAYOUT,
+            "device_peak_gib",
+            "spare_gib",
+        ),
     )
     labels = base.mark_text(fontSize=9).transform_filter("datum.max_micro_batch != null").encode(
         alt.Text("label:N"),

@@ -7,6 +7,8 @@ One model on one GPU type at the fewest GPUs where ZeRO stages and TP degrees ca
 import altair as alt
 import polars as pl
 
+from reports import tooltips
+
 POSITION = 5
 QUERY = "report_zero_tp_recompute"
 PARAMS = {"method": "method", "model": "model", "gpu": "gpu", "n_gpus": "layout_gpus"}
@@ -33,15 +35,9 @@ def chart(rows: pl.DataFrame) -> alt.FacetChart:
         alt.Y("min_device_peak_gib:Q").scale(scale).title(y_title),
         alt.Color("checkpointing:N").scale(domain=settings).title("recompute"),
     )
-    tooltip = [
-        alt.Tooltip("pp:Q", title="pipeline stages"),
-        alt.Tooltip("zero_stage:Q", title="ZeRO stage"),
-        alt.Tooltip("tp:Q", title="tensor parallel"),
-        alt.Tooltip("checkpointing:N", title="recompute"),
-        alt.Tooltip("min_device_peak_gib:Q", format=",.3f", title="device peak (GiB)"),
-        alt.Tooltip("usable_gib:Q", format=",.3f", title="usable (GiB)"),
-        alt.Tooltip("fitting:Q", format=",", title="layouts that fit"),
-    ]
+    tooltip = tooltips("pp", "zero_stage", "tp", "checkpointing",
+                       alt.Tooltip("min_device_peak_gib:Q", format=",.3f", title="device peak (GiB)"),
+                       "usable_gib", "fitting", pp="pipeline stages")
     lines = base.mark_line(opacity=0.6).encode(dodge)
     fits = base.mark_point(size=60, filled=True, opacity=1).transform_filter("datum.any_fits").encode(dodge, tooltip=tooltip)
     misses = base.mark_point(size=60, filled=False, opacity=1).transform_filter("!datum.any_fits").encode(dodge, tooltip=tooltip)

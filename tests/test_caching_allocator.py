@@ -93,23 +93,19 @@ def test_freed_neighbours_merge_into_one_block():
     assert a.reserved.current == 20 * MiB
 
 
-def test_best_fit_takes_the_smallest_block_that_fits():
-    # Cached: 16 MiB (older) and 12 MiB. An 11 MiB request takes the 12 MiB block (rest 1 MiB: not split).
+@pytest.mark.parametrize("sizes, freed, asked, taken", [
+    # Cached: 16 MiB (freed first: older) and 12 MiB. An 11 MiB request takes the 12 MiB block (rest 1 MiB: not split).
+    pytest.param((16, 12), (0, 1), 11, 1, id="the-smallest-block-that-fits"),
+    # Two cached 12 MiB blocks, the higher one freed first: the request takes the lower one all the same.
+    pytest.param((12, 12), (1, 0), 12, 0, id="ties-go-to-the-lowest-address"),
+])
+def test_best_fit_takes(sizes, freed, asked, taken):
     a = CachingAllocator()
-    big, small = a.malloc(16 * MiB), a.malloc(12 * MiB)
-    a.free(big)
-    a.free(small)
-    a.malloc(11 * MiB)
-    assert blocks(a) == [[(16 * MiB, False)], [(12 * MiB, True)]]
-
-
-def test_best_fit_ties_go_to_the_lowest_address():
-    a = CachingAllocator()
-    first, second = a.malloc(12 * MiB), a.malloc(12 * MiB)
-    a.free(second)
-    a.free(first)
-    a.malloc(12 * MiB)
-    assert blocks(a) == [[(12 * MiB, True)], [(12 * MiB, False)]]
+    segments = [a.malloc(size * MiB) for size in sizes]  # >= 10 MiB: a segment each, in address order
+    for k in freed:
+        a.free(segments[k])
+    a.malloc(asked * MiB)
+    assert blocks(a) == [[(size * MiB, k == taken)] for k, size in enumerate(sizes)]
 
 
 def test_streams_do_not_share_cached_blocks():

@@ -23,42 +23,21 @@ import pytest
 from engine.dataset.store import PartWriter
 from engine.dataset.sweep import run_sweep
 from engine.dataset.verify import verify_dataset
+from tests.dataset_helpers import QUIET, interrupted_after, one_line_error, small_spec, sweep_in_shards, write_spec
+from tests.dataset_helpers import SMALL_TOTAL as TOTAL
 
-SPEC = """\
-title = "integrity test"
-
-[axes]
-model = ["llama-3.2-1b", "llama-3.1-8b"]
-gpu = ["a100-sxm-80gb", "h100-sxm-80gb"]
-n_gpus = [1, 2, 4, 8, 16]
-zero_stage = [0, 3]
-micro_batch = [1, 2, 4]
-"""
-TOTAL = 2 * 2 * 5 * 2 * 3
-QUIET = dict(progress=False, say=lambda *_: None)
+SPEC = small_spec("integrity test")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.startswith("memsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
 @pytest.fixture
 def spec(tmp_path) -> Path:
-    path = tmp_path / "spec.toml"
-    path.write_text(SPEC)
-    return path
-
-
-def sweep(spec, out, n=4, **options) -> Path:
-    for k in range(n):
-        run_sweep(spec, out, shard=(k, n), **QUIET, **options)
-    return out
+    return write_spec(tmp_path, SPEC)
 
 
 @pytest.fixture
 def four(spec, tmp_path) -> Path:
-    return sweep(spec, tmp_path / "ds")
+    return sweep_in_shards(spec, tmp_path / "ds")
 
 
 def summary(memsim, out, *flags) -> tuple[int, dict | None, str]:
@@ -126,7 +105,7 @@ def test_a_shard_the_markers_do_not_vouch_for_is_not_read(memsim, four, damage):
 
 
 def test_a_stray_part_of_another_layout_is_not_read(memsim, spec, four, tmp_path):
-    other = sweep(spec, tmp_path / "one", n=1)
+    other = sweep_in_shards(spec, tmp_path / "one", n=1)
     shutil.copy(other / "part-00000-of-00001.parquet", four)
     code, row, _ = summary(memsim, four)
     assert code == 0 and row["configurations"] == TOTAL  # not TOTAL twice
@@ -175,20 +154,10 @@ def test_the_report_of_a_partial_dataset_is_refused_or_carries_a_banner(memsim, 
 
 # --- 5. a re-run keeps the old part until the new one replaces it --------------------------------------------
 
-def test_an_interrupted_rerun_of_a_complete_shard_loses_nothing(spec, four, monkeypatch):
+def test_an_interrupted_rerun_of_a_complete_shard_loses_nothing(spec, four):
     before = pl.read_parquet(four / "part-00001-of-00004.parquet")
-    write, calls = PartWriter.write, []
-
-    def interrupted_after_one_chunk(self, table):
-        calls.append(table.num_rows)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        write(self, table)
-
-    monkeypatch.setattr(PartWriter, "write", interrupted_after_one_chunk)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(chunks=1):
         run_sweep(spec, four, shard=(1, 4), chunk_rows=4, **QUIET)
-    monkeypatch.undo()
     assert verify_dataset(four).ok
     assert pl.read_parquet(four / "part-00001-of-00004.parquet").equals(before)
     assert sorted(p.name for p in four.iterdir() if ".tmp" in p.name) == []
@@ -307,9 +276,9 @@ def test_a_config_json_edited_between_shards_makes_another_spec(memsim, tmp_path
 @pytest.mark.parametrize("name", ["ds*", pytest.param("ds[12]", marks=pytest.mark.slow),
                                   pytest.param("ds?", marks=pytest.mark.slow)])
 def test_a_sweep_path_with_glob_characters_is_read_literally(memsim, spec, tmp_path, name):
-    sweep(spec, tmp_path / name, n=1)
+    sweep_in_shards(spec, tmp_path / name, n=1)
     for neighbour in ("ds1", "dsx"):  # what the name would match as a pattern
-        sweep(spec, tmp_path / neighbour, n=2)
+        sweep_in_shards(spec, tmp_path / neighbour, n=2)
     code, row, err = summary(memsim, tmp_path / name)
     assert code == 0 and row["configurations"] == TOTAL, err
     code, out, _ = memsim("sql", "SELECT count(*) AS n FROM sweep", "--sweep", tmp_path / name, "--read-only",

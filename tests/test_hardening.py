@@ -22,20 +22,9 @@ from hypothesis import strategies as st
 
 from engine.configure.resolve import MODEL_FIELD_NAMES
 from engine.inputs.vocabulary import INPUT_FIELDS
+from tests.dataset_helpers import one_line_error, swept, write_spec
 
 GPT2_CONFIG = os.path.join(os.path.dirname(__file__), "fixtures", "hf_configs", "gpt2.json")
-
-
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.startswith("memsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
-
-
-def write_spec(tmp_path, body: str, name: str = "spec.toml"):
-    path = tmp_path / name
-    path.write_text(body)
-    return path
-
-
 TWO_ROWS = '[axes]\nmodel = ["gpt2"]\nseq_len = [512, 1024]\n'
 
 
@@ -185,12 +174,7 @@ def test_a_binary_spec_file_is_one_line(memsim, tmp_path):
 
 @pytest.fixture
 def tiny_dataset(tmp_path_factory):
-    from engine.dataset.sweep import run_sweep
-
-    root = tmp_path_factory.mktemp("tiny")
-    spec = write_spec(root, TWO_ROWS)
-    run_sweep(spec, root / "ds", progress=False, say=lambda *_: None)
-    return root / "ds"
+    return swept(tmp_path_factory.mktemp("tiny"), TWO_ROWS)
 
 
 def output_commands(tmp_path, dataset, output):
@@ -474,56 +458,34 @@ config_case = st.sampled_from(CONFIGS).flatmap(
     lambda name: st.tuples(st.just(name), st.one_of(st.sampled_from(config_keys(name)), st.none()), json_values))
 
 
-@FEW
-@given(flag_strategy)
-def test_any_flag_value_is_a_result_or_one_line(case):
-    explain_flag(*case)
+# each property a few examples in the fast tier, many in the slow one
+TIERS = [pytest.param(FEW, id="few"), pytest.param(MANY, id="many", marks=pytest.mark.slow)]
 
 
-@FEW
-@given(cell_strategy)
-def test_any_case_list_cell_is_a_result_or_one_line(tmp_path_factory, case):
-    estimate_cell(tmp_path_factory.mktemp("cell"), *case)
+def holds(tier, check, *strategies) -> None:
+    """`check` passes on every example hypothesis draws from the strategies, as many as the tier's settings say."""
+    tier(given(*strategies)(check))()
 
 
-@FEW
-@given(axes_strategy, output_strategy)
-def test_any_spec_is_a_result_or_one_line(tmp_path_factory, axes, output):
-    sweep_spec(tmp_path_factory.mktemp("spec"), axes, output)
+@pytest.mark.parametrize("tier", TIERS)
+def test_any_flag_value_is_a_result_or_one_line(tier):
+    holds(tier, lambda case: explain_flag(*case), flag_strategy)
 
 
-@FEW
-@given(config_case)
-def test_any_config_json_field_is_a_result_or_one_line(tmp_path_factory, case):
-    config_field(tmp_path_factory.mktemp("config"), *case)
+@pytest.mark.parametrize("tier", TIERS)
+def test_any_case_list_cell_is_a_result_or_one_line(tmp_path_factory, tier):
+    holds(tier, lambda case: estimate_cell(tmp_path_factory.mktemp("cell"), *case), cell_strategy)
 
 
-@pytest.mark.slow
-@MANY
-@given(flag_strategy)
-def test_many_flag_values(case):
-    explain_flag(*case)
+@pytest.mark.parametrize("tier", TIERS)
+def test_any_spec_is_a_result_or_one_line(tmp_path_factory, tier):
+    holds(tier, lambda axes, output: sweep_spec(tmp_path_factory.mktemp("spec"), axes, output),
+          axes_strategy, output_strategy)
 
 
-@pytest.mark.slow
-@MANY
-@given(cell_strategy)
-def test_many_case_list_cells(tmp_path_factory, case):
-    estimate_cell(tmp_path_factory.mktemp("cell"), *case)
-
-
-@pytest.mark.slow
-@MANY
-@given(axes_strategy, output_strategy)
-def test_many_specs(tmp_path_factory, axes, output):
-    sweep_spec(tmp_path_factory.mktemp("spec"), axes, output)
-
-
-@pytest.mark.slow
-@MANY
-@given(config_case)
-def test_many_config_json_fields(tmp_path_factory, case):
-    config_field(tmp_path_factory.mktemp("config"), *case)
+@pytest.mark.parametrize("tier", TIERS)
+def test_any_config_json_field_is_a_result_or_one_line(tmp_path_factory, tier):
+    holds(tier, lambda case: config_field(tmp_path_factory.mktemp("config"), *case), config_case)
 
 
 # --- issue #23: no wrong answer on odd input --------------------------------------------------------------------

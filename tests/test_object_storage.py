@@ -12,42 +12,22 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 
-from engine.dataset.store import PartWriter
-from engine.dataset.sweep import run_sweep
+from tests.dataset_helpers import QUIET, interrupted_after, one_line_error, small_spec, sweep_in_shards, write_spec
+from tests.dataset_helpers import SMALL_TOTAL as TOTAL
 from tests.s3_server import s3, s3_fs  # noqa: F401 (the fixture)
 
-SPEC = """\
-title = "object storage test"
-
-[axes]
-model = ["llama-3.2-1b", "llama-3.1-8b"]
-gpu = ["a100-sxm-80gb", "h100-sxm-80gb"]
-n_gpus = [1, 2, 4, 8, 16]
-zero_stage = [0, 3]
-micro_batch = [1, 2, 4]
-"""
-TOTAL = 2 * 2 * 5 * 2 * 3
-QUIET = {"progress": False, "say": lambda *_: None}
+SPEC = small_spec("object storage test")
 COUNT = "SELECT count(*) AS n, count(DISTINCT index) AS distinct_index, sum(device_peak_bytes) AS bytes FROM sweep"
-
-
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.startswith("memsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("s3spec") / "spec.toml"
-    path.write_text(SPEC)
-    return path
+    return write_spec(tmp_path_factory.mktemp("s3spec"), SPEC)
 
 
 @pytest.fixture(scope="module")
 def local(spec, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("s3local") / "ds"
-    for k in range(2):
-        run_sweep(spec, out, shard=(k, 2), **QUIET)
-    return out
+    return sweep_in_shards(spec, tmp_path_factory.mktemp("s3local") / "ds", n=2)
 
 
 def sweep_to_bucket(memsim, spec, uri: str, n: int = 2) -> str:
@@ -128,40 +108,24 @@ def test_a_shard_missing_from_the_bucket_is_refused_unless_partial(memsim, s3, s
     assert code == 2 and f"memsim sweep SPEC --shard 0/2 -o {uri}" in out
 
 
-def test_an_interrupted_upload_leaves_nothing_that_looks_written(memsim, s3, spec, monkeypatch):  # noqa: F811
+def test_an_interrupted_upload_leaves_nothing_that_looks_written(memsim, s3, spec):  # noqa: F811
     from engine.dataset.shards import sweep_shard
 
-    def interrupted(self, table):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(PartWriter, "write", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(chunks=0):
         sweep_shard(spec, s3.uri("sweeps/interrupted"), shard=(0, 2), **QUIET)
-    monkeypatch.undo()
     assert objects("memsim-test/sweeps/interrupted") == ["_memsim.json", "_spec.toml"]
     code, out, _ = memsim("verify", s3.uri("sweeps/interrupted"))
     assert code == 2 and "shard 0/2 [0, 60): missing" in out
 
 
-def test_an_interrupted_rerun_in_a_bucket_keeps_the_old_part_and_a_finished_one_replaces_it(memsim, s3, spec,  # noqa: F811
-                                                                                         monkeypatch):
+def test_an_interrupted_rerun_in_a_bucket_keeps_the_old_part_and_a_finished_one_replaces_it(memsim, s3, spec):  # noqa: F811
     from engine.dataset.shards import sweep_shard
 
     uri, prefix = sweep_to_bucket(memsim, spec, s3.uri("sweeps/rerun")), "memsim-test/sweeps/rerun"
     before = {name: s3_fs().open_input_stream(f"{prefix}/{name}").read()
               for name in ("part-00000-of-00002.parquet", "_shards/00000-of-00002.json")}
-    write, calls = PartWriter.write, []
-
-    def interrupted_after_one_chunk(self, table):
-        calls.append(table.num_rows)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        write(self, table)
-
-    monkeypatch.setattr(PartWriter, "write", interrupted_after_one_chunk)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(chunks=1):
         sweep_shard(spec, uri, shard=(0, 2), chunk_rows=8, **QUIET)
-    monkeypatch.undo()
     assert objects(prefix) == sorted([*before, "_memsim.json", "_spec.toml", "part-00001-of-00002.parquet",
                                       "_shards/00001-of-00002.json"])  # no temporary left
     assert all(s3_fs().open_input_stream(f"{prefix}/{name}").read() == data for name, data in before.items())

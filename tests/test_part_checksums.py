@@ -14,35 +14,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from engine.dataset.sweep import run_sweep
+from tests.dataset_helpers import SMALL_TOTAL as TOTAL
+from tests.dataset_helpers import one_line_error, small_spec, swept
 
-SPEC = """\
-title = "checksum test"
-
-[axes]
-model = ["llama-3.2-1b", "llama-3.1-8b"]
-gpu = ["a100-sxm-80gb", "h100-sxm-80gb"]
-n_gpus = [1, 2, 4, 8, 16]
-zero_stage = [0, 3]
-micro_batch = [1, 2, 4]
-"""
-TOTAL = 120
 PART = "part-00000-of-00002.parquet"
 MARKER = "_shards/00000-of-00002.json"
 EVERY_ROW = "SELECT * FROM sweep ORDER BY index"
 
 
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.startswith("memsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("checksums")
-    (root / "spec.toml").write_text(SPEC)
-    for k in range(2):
-        run_sweep(root / "spec.toml", root / "ds", shard=(k, 2), progress=False, say=lambda *_: None)
-    return root / "ds"
+    return swept(tmp_path_factory.mktemp("checksums"), small_spec("checksum test"), shards=2)
 
 
 @pytest.fixture

@@ -65,22 +65,37 @@ def test_fits_gpu_filter_accepts_a_catalog_alias(sweep_con):
     assert set(got["gpu"]) == {"h100-sxm-80gb"}
 
 
-# --- max_micro_batch, max_seq_len ------------------------------------------------------------------------
+# --- max_micro_batch, max_seq_len, min_gpus: the extreme that fits, per group -----------------------------
+
+# query -> (the column it answers the extreme of, "max" or "min", the groups it answers it per)
+EXTREMES = {
+    "max_micro_batch": ("micro_batch", "max", ["model", "method", "gpu", *LAYOUT, "seq_len"]),
+    "max_seq_len": ("seq_len", "max", ["model", "method", "gpu", *LAYOUT, "micro_batch"]),
+    "min_gpus": ("n_gpus", "min", ["model", "method", "gpu"]),
+}
 
 
-def test_max_micro_batch_is_the_largest_fitting_micro_batch_per_layout(sweep_con, sweep_frame):
-    keys = ["model", "method", "gpu", *LAYOUT, "seq_len"]
-    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("micro_batch").max())
-    got = run(sweep_con, "max_micro_batch")
-    assert as_map(got, keys, "max_micro_batch") == as_map(want, keys, "micro_batch")
+def extreme(column: str, which: str) -> pl.Expr:
+    return getattr(pl.col(column), which)()
 
 
-def test_max_micro_batch_reports_the_lowest_peak_at_that_micro_batch(sweep_con, sweep_frame):
-    keys = ["model", "method", "gpu", *LAYOUT, "seq_len"]
+@pytest.mark.parametrize("query", EXTREMES)
+def test_a_max_or_min_query_is_the_extreme_that_fits_per_group(sweep_con, sweep_frame, query):
+    # the largest fitting micro-batch per layout and sequence, the longest sequence per layout and micro-batch,
+    # the fewest GPUs per model and GPU type
+    column, which, keys = EXTREMES[query]
+    want = with_method(fitting(sweep_frame)).group_by(keys).agg(extreme(column, which))
+    got = run(sweep_con, query)
+    assert as_map(got, keys, query) == as_map(want, keys, column)
+
+
+@pytest.mark.parametrize("query", EXTREMES)
+def test_a_max_or_min_query_has_the_lowest_peak_at_that_extreme(sweep_con, sweep_frame, query):
+    column, which, keys = EXTREMES[query]
     rows = with_method(fitting(sweep_frame))
-    top = rows.filter(pl.col("micro_batch") == pl.col("micro_batch").max().over(keys))
-    want = top.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
-    got = run(sweep_con, "max_micro_batch")
+    there = rows.filter(pl.col(column) == extreme(column, which).over(keys))
+    want = there.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
+    got = run(sweep_con, query)
     assert as_map(got, keys, "device_peak_gib") == pytest.approx(as_map(want, keys, "gib"))
 
 
@@ -89,37 +104,14 @@ def test_max_micro_batch_seq_len_param_keeps_that_length_only(sweep_con):
     assert set(got["seq_len"]) == {4096}
 
 
-def test_max_seq_len_is_the_longest_fitting_sequence_per_layout(sweep_con, sweep_frame):
-    keys = ["model", "method", "gpu", *LAYOUT, "micro_batch"]
-    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("seq_len").max())
-    got = run(sweep_con, "max_seq_len")
-    assert as_map(got, keys, "max_seq_len") == as_map(want, keys, "seq_len")
-
-
-# --- min_gpus, frontier ------------------------------------------------------------------------------------
-
-
-def test_min_gpus_is_the_fewest_gpus_that_fit_per_model_and_gpu(sweep_con, sweep_frame):
-    keys = ["model", "method", "gpu"]
-    want = with_method(fitting(sweep_frame)).group_by(keys).agg(pl.col("n_gpus").min())
-    got = run(sweep_con, "min_gpus")
-    assert as_map(got, keys, "min_gpus") == as_map(want, keys, "n_gpus")
-
-
-def test_min_gpus_layout_has_the_lowest_peak_at_that_count(sweep_con, sweep_frame):
-    keys = ["model", "method", "gpu"]
-    rows = with_method(fitting(sweep_frame))
-    fewest = rows.filter(pl.col("n_gpus") == pl.col("n_gpus").min().over(keys))
-    want = fewest.group_by(keys).agg((pl.col("device_peak_bytes").min() / GIB).alias("gib"))
-    got = run(sweep_con, "min_gpus")
-    assert as_map(got, keys, "device_peak_gib") == pytest.approx(as_map(want, keys, "gib"))
-
-
 def test_min_gpus_leaves_out_pairs_that_never_fit(sweep_con):
     # qwen2.5-14b, full training, needs more than 8 x 24 GB: no row for it on the A10
     got = run(sweep_con, "min_gpus", seq_len=4096)
     pairs = set(zip(got["model"], got["method"], got["gpu"]))
     assert ("qwen2.5-14b", BASE_METHOD, "a10") not in pairs
+
+
+# --- frontier ---------------------------------------------------------------------------------------------
 
 
 def test_frontier_is_the_largest_fitting_model_per_gpu_and_count(sweep_con, sweep_frame):

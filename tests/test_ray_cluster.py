@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from tests.dataset_helpers import QUIET, write_spec
 from tests.s3_server import s3, s3_fs  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
@@ -52,9 +53,7 @@ def cluster(s3):  # noqa: F811 (the bucket's variables are set before the nodes 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("rayspec") / "spec.toml"
-    path.write_text(SPEC)
-    return path
+    return write_spec(tmp_path_factory.mktemp("rayspec"), SPEC)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +94,7 @@ def test_verify_from_the_bucket_passes_and_sums_up_each_node(memsim, cluster, sp
 def test_queries_from_the_bucket_answer_as_one_local_process(memsim, spread, spec, tmp_path):
     from engine.dataset.sweep import run_sweep
 
-    run_sweep(spec, tmp_path / "local", progress=False, say=lambda *_: None)
+    run_sweep(spec, tmp_path / "local", **QUIET)
     for argv in (["query", "min_gpus", "--format", "csv"],
                  ["sql", "SELECT count(*) AS n, count(DISTINCT index) AS i, sum(device_peak_bytes) AS b FROM sweep",
                   "--format", "csv"]):

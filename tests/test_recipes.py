@@ -9,10 +9,10 @@ from engine.ask.explain import evaluate_case
 from engine.catalogs.recipes import presets
 from engine.cli import main
 from engine.configure.resolve import resolve_case
-from engine.dataset.sweep import run_sweep
 from engine.dataset.views import connect
 from engine.errors import UserError
 from engine.inputs.codes import Ckpt, Framework, OptimizerImpl
+from tests.dataset_helpers import sweep_rows, swept
 
 
 def test_every_preset_cites_its_source_and_sets_valid_inputs():
@@ -40,11 +40,9 @@ def test_an_unknown_recipe_is_one_line_naming_the_presets(capsys):
 
 
 def test_a_recipe_axis_gives_what_explain_gives_and_swept_inputs_win(tmp_path):
-    spec = tmp_path / "spec.toml"
-    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "torchtune-full"]\n'
-                    'n_gpus = [1, 8]\noptimizer_impl = ["foreach", "fused"]\n')
-    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
-    rows = pl.read_parquet(tmp_path / "out" / "*.parquet").with_columns(pl.col(pl.Categorical).cast(pl.String))
+    spec = ('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "torchtune-full"]\n'
+            'n_gpus = [1, 8]\noptimizer_impl = ["foreach", "fused"]\n')
+    rows = sweep_rows(swept(tmp_path, spec))
     assert rows.height == 12
     for row in rows.iter_rows(named=True):
         case = {"model": "llama-3.1-8b", "recipe": row["recipe"], "n_gpus": row["n_gpus"],
@@ -57,11 +55,9 @@ def test_a_recipe_axis_gives_what_explain_gives_and_swept_inputs_win(tmp_path):
 def test_a_recipe_axis_writes_every_input_its_preset_sets(tmp_path):
     # issue #22: a sweep of recipe = "torchtitan" said framework = pytorch (the views' default for an input the spec
     # does not name); each preset's inputs are now columns of their own, the swept optimizer_impl still winning
-    spec = tmp_path / "spec.toml"
-    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "megatron"]\n'
-                    'optimizer_impl = ["foreach", "fused"]\n')
-    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
-    con = connect(tmp_path / "out", read_only=True)
+    spec = ('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["none", "torchtitan", "megatron"]\n'
+            'optimizer_impl = ["foreach", "fused"]\n')
+    con = connect(swept(tmp_path, spec), read_only=True)
     rows = con.sql("SELECT DISTINCT recipe, framework, zero_stage, checkpointing, loss_parallel, sp FROM sweep "
                    "ORDER BY recipe").fetchall()
     assert rows == [("megatron", "megatron", 1, "selective", True, True), ("none", "pytorch", 0, "none", False, False),
@@ -71,11 +67,9 @@ def test_a_recipe_axis_writes_every_input_its_preset_sets(tmp_path):
 
 
 def test_a_linked_recipe_axis_keeps_its_preset_columns(tmp_path):
-    spec = tmp_path / "spec.toml"
-    spec.write_text('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["hf-trainer", "torchtitan"]\nn_gpus = [1, 8]\n'
-                    '[link]\nrun = ["recipe", "n_gpus"]\n')
-    run_sweep(spec, tmp_path / "out", progress=False, say=lambda *_: None)
-    rows = pl.read_parquet(tmp_path / "out" / "*.parquet").with_columns(pl.col(pl.Categorical).cast(pl.String))
+    spec = ('[axes]\nmodel = ["llama-3.1-8b"]\nrecipe = ["hf-trainer", "torchtitan"]\nn_gpus = [1, 8]\n'
+            '[link]\nrun = ["recipe", "n_gpus"]\n')
+    rows = sweep_rows(swept(tmp_path, spec))
     assert rows.select("recipe", "n_gpus", "framework").sort("recipe").rows() == [("hf-trainer", 1, "pytorch"),
                                                                                  ("torchtitan", 8, "fsdp")]
 

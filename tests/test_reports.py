@@ -24,10 +24,10 @@ from engine.ask.findings import methods_finding
 from engine.ask.queries import read_query, run_query
 from engine.ask.report import MAX_METHODS, build_report, charted_methods, write_report
 from engine.catalogs import catalog
-from engine.dataset.sweep import run_sweep
 from engine.dataset.views import connect
 from engine.errors import UserError
 from reports import max_micro_batch, zero_tp_recompute
+from tests.dataset_helpers import swept
 
 pytestmark = pytest.mark.slow  # beyond the fast core tier (pytest -m 'not slow')
 
@@ -67,11 +67,7 @@ PRICES = "Prices: CoreWeave on-demand, read 2026-09-20"
 @pytest.fixture(scope="module")
 def methods_dir(tmp_path_factory) -> Path:
     """Three training methods (nf4 without LoRA is an invalid row), flash attention: selective recompute = none."""
-    spec = tmp_path_factory.mktemp("methods") / "methods.toml"
-    spec.write_text(METHODS_SPEC)
-    out = spec.parent / "sweep"
-    run_sweep(spec, out, progress=False, say=lambda *_: None)
-    return out
+    return swept(tmp_path_factory.mktemp("methods"), METHODS_SPEC)
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +97,7 @@ def tiny_page(sweep_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def nothing_fits_dir(tmp_path_factory) -> Path:
-    spec = tmp_path_factory.mktemp("empty") / "nothing.toml"
-    spec.write_text(NOTHING_FITS_SPEC)
-    out = spec.parent / "sweep"
-    run_sweep(spec, out, progress=False, say=lambda *_: None)
-    return out
+    return swept(tmp_path_factory.mktemp("empty"), NOTHING_FITS_SPEC)
 
 
 def section(report, module, part: int = 0):

@@ -16,9 +16,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from engine.dataset.shards import plan_shards, sweep_shard
-from engine.dataset.store import PartWriter
 from engine.dataset.sweep import run_sweep, shard_range
 from engine.dataset.verify import verify_dataset
+from tests.dataset_helpers import QUIET, interrupted_after, sweep_in_shards, sweep_rows, write_spec
 
 SPEC = """\
 title = "memsim shard test: 7,776 configurations"
@@ -36,13 +36,6 @@ checkpointing = ["none", "full"]
 lora_rank = [0, 16]
 """
 TOTAL = 3 * 3 * 3 * 3 * 2 * 3 * 2 * 2 * 2 * 2
-QUIET = dict(progress=False, say=lambda *_: None)
-
-
-def sweep_rows(path) -> pl.DataFrame:
-    """Every row of a dataset, categorical columns as strings, in index order."""
-    frame = pl.read_parquet(Path(path) / "part-*.parquet")
-    return frame.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String)).sort("index")
 
 
 def count_rows(path) -> tuple[int, int]:
@@ -51,17 +44,9 @@ def count_rows(path) -> tuple[int, int]:
         return con.execute(f"SELECT count(*), count(DISTINCT index) FROM read_parquet('{pattern}')").fetchone()
 
 
-def sweep_by_hand(spec, out, n=4, **options):
-    for k in range(n):
-        run_sweep(spec, out, shard=(k, n), **QUIET, **options)
-    return out
-
-
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("shards") / "spec.toml"
-    path.write_text(SPEC)
-    return path
+    return write_spec(tmp_path_factory.mktemp("shards"), SPEC)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +65,7 @@ def whole(spec, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def four(spec, tmp_path_factory) -> Path:
-    return sweep_by_hand(spec, tmp_path_factory.mktemp("four") / "ds")
+    return sweep_in_shards(spec, tmp_path_factory.mktemp("four") / "ds")
 
 
 @pytest.fixture
@@ -160,7 +145,7 @@ def test_the_local_engine_writes_to_a_file_uri(memsim, spec, whole, tmp_path):
 
 
 def test_feasible_only_shards_verify_as_a_subset(spec, whole, tmp_path):
-    sweep_by_hand(spec, tmp_path / "feasible", feasible_only=True)
+    sweep_in_shards(spec, tmp_path / "feasible", feasible_only=True)
     v = verify_dataset(tmp_path / "feasible")
     assert v.ok and v.keep == "feasible"
     want = sweep_rows(whole).filter(pl.col("fits") & pl.col("valid"))
@@ -170,23 +155,12 @@ def test_feasible_only_shards_verify_as_a_subset(spec, whole, tmp_path):
 # --- a killed shard -------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_killed_shard_leaves_nothing_and_its_rerun_completes_the_dataset(spec, tmp_path, monkeypatch, memsim):
+def test_a_killed_shard_leaves_nothing_and_its_rerun_completes_the_dataset(spec, tmp_path, memsim):
     out = tmp_path / "ds"
     for k in (0, 2, 3):
         run_sweep(spec, out, shard=(k, 4), **QUIET)
-    write = PartWriter.write
-    calls = []
-
-    def killed_after_first_chunk(self, table):
-        calls.append(table.num_rows)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        write(self, table)
-
-    monkeypatch.setattr(PartWriter, "write", killed_after_first_chunk)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(chunks=1) as calls:
         run_sweep(spec, out, shard=(1, 4), chunk_rows=500, **QUIET)
-    monkeypatch.undo()
     assert calls == [500, 500]
     assert not list(out.glob("part-00001-*"))  # neither the part nor its .tmp
     code, report, _ = memsim("verify", out)
@@ -252,7 +226,7 @@ def test_verify_catches_a_marker_whose_rows_disagree(copy_of_four):
 
 
 def test_verify_catches_a_shard_of_another_spec(memsim, copy_of_four, other_spec, tmp_path):
-    other = sweep_by_hand(other_spec, tmp_path / "other")
+    other = sweep_in_shards(other_spec, tmp_path / "other")
     for name in ("part-00001-of-00004.parquet", "_shards/00001-of-00004.json"):
         shutil.copy(other / name, copy_of_four / name)
     code, out, _ = memsim("verify", copy_of_four)

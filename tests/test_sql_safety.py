@@ -9,28 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.dataset.sweep import run_sweep
-
-SPEC = """\
-title = "sql safety test"
-
-[axes]
-model = ["llama-3.2-1b"]
-gpu = ["a100-sxm-80gb", "h100-sxm-80gb"]
-n_gpus = [1, 2, 4]
-"""
-
-
-def one_line_error(code: int, err: str) -> bool:
-    return code == 2 and err.startswith("memsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
+from tests.dataset_helpers import SMALL_TOTAL, one_line_error, small_spec, swept
 
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sqlsafety")
-    (root / "spec.toml").write_text(SPEC)
-    run_sweep(root / "spec.toml", root / "ds", progress=False, say=lambda *_: None)
-    return root / "ds"
+    return swept(tmp_path_factory.mktemp("sqlsafety"), small_spec("sql safety test"))
 
 
 REFUSED = {
@@ -63,7 +47,7 @@ def test_plain_sql_without_a_sweep_is_read_only_too(memsim, tmp_path, sql):
 def test_plain_sql_still_reads_the_sweep_and_the_catalogs(memsim, ds):
     code, out, _ = memsim("sql", "SELECT count(*) AS n FROM sweep JOIN gpus USING (gpu)", "--sweep", ds,
                           "--format", "csv")
-    assert (code, out) == (0, "n\n6\n")
+    assert (code, out) == (0, f"n\n{SMALL_TOTAL}\n")
 
 
 def test_allow_writes_lets_a_trusted_statement_write_a_file(memsim, ds, tmp_path):
