@@ -91,7 +91,7 @@ def main() -> None:
             spec_path.write_text(toml(spec(1e7)))
             warm = Path(tmp) / "warm.toml"
             warm.write_text(toml({"axes": {"model": ["llama-3.2-1b"], "gpu": ["h100-sxm-80gb"]}}))
-            sweep_once(warm, str(Path(tmp) / "warm"), env)  # the kernels compile here, if they ever do
+            sweep_once(warm, str(Path(tmp) / "warm"), env)  # the kernel compiles here, if it ever does
             ratios, runs = [], {"local": [], "bucket": []}
             for k in range(args.pairs):
                 order = ["local", "bucket"] if k % 2 == 0 else ["bucket", "local"]

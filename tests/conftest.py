@@ -17,16 +17,14 @@ TORCH_TIER = {"test_measure.py", "test_measure_parallel.py", "test_measure_recip
 def pytest_sessionstart(session):
     """A cold numba cache (a first run, or any edit of engine/model) makes the first tests that evaluate wait
     minutes for the compiler, with nothing on the screen: say so before they start."""
-    from engine.model.kernel import KERNEL_COMPILE_SECONDS, cold, fill_outputs
+    from engine.model.kernel import KERNEL_COMPILE_SECONDS, cold
     from engine.model.sweep_kernel import sweep_chunk
 
-    kernels = [k for k in (fill_outputs, sweep_chunk) if cold(k)]
-    if not kernels:
+    if not cold(sweep_chunk):
         return
-    minutes = -(-len(kernels) * KERNEL_COMPILE_SECONDS // 60)
-    where = getattr(getattr(kernels[0], "_cache", None), "_cache_path", "the numba cache")
-    line = (f"memsim: compiling the kernels (first run, ~{minutes:.0f} min on two idle cores, twice that on a busy "
-            f"machine; cached in {where} for the next run)...")
+    where = getattr(getattr(sweep_chunk, "_cache", None), "_cache_path", "the numba cache")
+    line = (f"memsim: compiling the kernel (first run, ~{KERNEL_COMPILE_SECONDS:.0f} s on two idle cores, twice that "
+            f"on a busy machine; cached in {where} for the next run)...")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(line)
@@ -34,23 +32,17 @@ def pytest_sessionstart(session):
         print(line, flush=True)
     options = session.config.option
     if not hasattr(session.config, "workerinput") and options.markexpr != "not slow" and not options.collectonly:
-        compile_before_the_workers(kernels)
+        compile_before_the_workers()
 
 
-def compile_before_the_workers(kernels) -> None:
-    """The whole suite (not the fast tier, which never compiles): every cold kernel compiled at once, one process
-    each (tests/compile_kernels.py), before xdist's workers start."""
+def compile_before_the_workers() -> None:
+    """The whole suite (not the fast tier, which never compiles): the cold kernel compiled once, in one process
+    (tests/compile_kernels.py), before xdist's workers start."""
     import subprocess
     import sys
     from pathlib import Path
 
-    from engine.model.kernel import fill_outputs
-
-    script = Path(__file__).with_name("compile_kernels.py")
-    runs = [subprocess.Popen([sys.executable, str(script), "fill" if k is fill_outputs else "sweep"])
-            for k in kernels]
-    for run in runs:
-        run.wait()
+    subprocess.run([sys.executable, str(Path(__file__).with_name("compile_kernels.py"))], check=False)
 
 
 def pytest_ignore_collect(collection_path, config):

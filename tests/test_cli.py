@@ -200,7 +200,7 @@ def test_explain_never_waits_for_a_compiler(capsys, monkeypatch):
     warm = run(capsys, *LAUNCH)
     monkeypatch.setattr(kernel, "loaded", lambda k: False)  # a fresh process
     monkeypatch.setattr(kernel, "cold", lambda k: True)  # a cold cache: a compile would take a minute
-    monkeypatch.setattr(kernel, "fill_outputs", None)  # and the compiled kernel is never called
+    monkeypatch.setattr(kernel, "sweep_chunk", None)  # and the compiled kernel is never called
     assert run(capsys, *LAUNCH) == warm and warm[2] == ""  # a few rows answer in Python, with no notice
 
 
@@ -220,7 +220,7 @@ def test_many_rows_on_a_cold_cache_say_once_that_the_kernel_compiles(monkeypatch
         kernel.evaluate(np.repeat(np.array([rec], dtype=RECORD), 10))
         assert caplog.messages == []
         out = kernel.evaluate(np.repeat(np.array([rec], dtype=RECORD), many))
-    assert len(caplog.messages) == 1 and caplog.messages[0].startswith("compiling the kernels (first run only, about")
+    assert len(caplog.messages) == 1 and caplog.messages[0].startswith("compiling the kernel (first run only, about")
     assert len(set(out["device_peak_bytes"])) == 1
 
 

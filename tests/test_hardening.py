@@ -727,5 +727,5 @@ def test_pytest_says_it_compiles_the_kernels_before_it_waits_for_them(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    assert "memsim: compiling the kernels (first run, ~" in collected(NUMBA_CACHE_DIR=str(tmp_path / "cold"))
+    assert "memsim: compiling the kernel (first run, ~" in collected(NUMBA_CACHE_DIR=str(tmp_path / "cold"))
     assert "compiling" not in collected(NUMBA_DISABLE_JIT="1")  # nothing compiles: nothing to say

@@ -60,7 +60,7 @@ def test_sweep_says_what_its_time_includes_and_when_the_kernel_compiles(tmp_path
     monkeypatch.setattr(chunks, "cold", lambda kernel: True)  # on a cold cache
     code, out, err = memsim("sweep", spec, "-o", tmp_path / "cold", "--quiet")
     assert code == 0 and "s in all, with reading the spec and compiling the kernel)" in out
-    assert err.count("memsim: compiling the kernels (first run only") == 1
+    assert err.count("memsim: compiling the kernel (first run only") == 1
 
 
 def test_disk_full_mid_run_leaves_no_part_file(tmp_path, monkeypatch, memsim):

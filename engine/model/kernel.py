@@ -1,12 +1,13 @@
-"""The vectorized form of the memory model over a list of configurations (estimate, explain, measure).
+"""The vectorized form of the memory model over a list of configurations (estimate, explain, validate, measure).
 
-One prange loop calls levels.evaluate_one, the scalar reference, for every record and stores each level's
-columns in its rows of `out` (OUTPUTS order). No arithmetic here. Each iteration writes only its own column
-of `out` (numba's parallel docs: shared writes inside prange race silently); outputs start at UNSET so a
-column the loop forgets fails tests/test_kernel.py.
+One kernel serves every command: a list of configurations goes through the sweep's kernel
+(engine/model/sweep_kernel.py sweep_chunk) as a grid of one axis whose values are the records themselves, each row
+its own layout, so numba compiles and caches one kernel for a sweep, a plan and an explain alike. The kernel calls
+levels.rank_terms, step_terms, gpu_terms and device_terms, the scalar reference's functions; no arithmetic here.
+Outputs start at UNSET so a column the kernel forgets fails tests/test_kernel.py.
 
 A few rows are cheaper in plain Python than through the compiled loop: the scalar reference runs the same
-functions (they are plain Python until numba compiles them into a kernel) at about 1,200 configurations/s, while
+functions (they are plain Python until numba compiles them into a kernel) at about 2,400 configurations/s, while
 the compiled kernel costs a load from numba's on-disk cache (0.65 s) or, on a cold cache, a compile of a minute
 or more. `evaluate` picks whichever answers first for its row count, so a one-configuration question never waits
 for a compiler (benchmarks/bench_first_answer.py measures the three constants below).
@@ -20,34 +21,19 @@ import numpy as np
 from engine.inputs.vocabulary import RECORD
 from engine.model.levels import evaluate_one
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, INT_OUTPUTS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
+from engine.model.sweep_kernel import sweep_chunk
 
 UNSET = np.iinfo(np.int64).min
 PYTHON_SECONDS_PER_ROW = 0.45e-3  # the scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py)
 KERNEL_LOAD_SECONDS = 0.65  # the compiled kernel loaded from a warm on-disk cache, first call
-KERNEL_COMPILE_SECONDS = 75.0  # the compiled kernel built on a cold cache: 75 s on two idle cores, 150 s of CPU busy
+KERNEL_COMPILE_SECONDS = 120.0  # the kernel built on a cold cache: 126 s wall on two idle cores (tests/compile_kernels.py)
+DP_GIVEN = 2  # split.degrees: a resolved record's dp and n_gpus are kept as they are
 log = logging.getLogger("memsim")
 RANK_ROWS = np.array([INT_OUTPUTS.index(n) for n in RANK_COLUMNS], dtype=np.int64)
 STEP_ROWS = np.array([INT_OUTPUTS.index(n) for n in STEP_COLUMNS], dtype=np.int64)
 GPU_ROWS = np.array([INT_OUTPUTS.index(n) for n in GPU_COLUMNS], dtype=np.int64)
 DEVICE_ROWS = np.array([INT_OUTPUTS.index(n) for n in DEVICE_COLUMNS], dtype=np.int64)
 TIME_ROWS = np.arange(len(TIME_COLUMNS), dtype=np.int64)
-
-
-@numba.njit(cache=True)
-def store(columns, rows, out, i):
-    for k in range(len(columns)):
-        out[rows[k], i] = columns[k]
-
-
-@numba.njit(parallel=True, cache=True)
-def fill_outputs(cfg, out, times, rank_rows, step_rows, gpu_rows, device_rows, time_rows):
-    for i in numba.prange(len(cfg)):
-        r, s, g, d = evaluate_one(cfg[i])
-        store(r.columns, rank_rows, out, i)
-        store(s.columns, step_rows, out, i)
-        store(g.columns, gpu_rows, out, i)
-        store(d.columns, device_rows, out, i)
-        store(d.times, time_rows, times, i)
 
 
 def cold(kernel) -> bool:
@@ -70,14 +56,14 @@ def loaded(kernel) -> bool:
 def compile_notice(kernel, seconds: float) -> None:
     """Say once, through the `memsim` logger (the CLI prints it on stderr), that `kernel` is about to compile."""
     where = getattr(getattr(kernel, "_cache", None), "_cache_path", "the numba cache")
-    log.warning("compiling the kernels (first run only, about %d s on two idle cores; cached in %s)...",
+    log.warning("compiling the kernel (first run only, about %d s on two idle cores; cached in %s)...",
                 seconds, where)
 
 
 def uses_kernel(n_rows: int, kernel=None) -> bool:
-    """Whether `n_rows` configurations are answered sooner by the compiled `kernel` (fill_outputs, or the sweep's
-    sweep_chunk) than by the scalar reference in Python."""
-    kernel = kernel or fill_outputs
+    """Whether `n_rows` configurations are answered sooner by the compiled `kernel` (sweep_chunk) than by the
+    scalar reference in Python."""
+    kernel = kernel or sweep_chunk
     if loaded(kernel):  # it costs nothing more
         return n_rows > 0
     fixed = KERNEL_COMPILE_SECONDS if cold(kernel) else KERNEL_LOAD_SECONDS
@@ -117,13 +103,27 @@ def evaluate_reference(cfg: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
-    """The compiled kernel over every record (saying first when it has to compile)."""
+    """The compiled kernel over every record (saying first when it has to compile): sweep_chunk over one axis whose
+    value i sets every field of record i, so row i is its own rank, step and device slot."""
     out, times = empty_outputs(len(cfg))
-    if len(cfg):
-        if not loaded(fill_outputs) and cold(fill_outputs):
-            compile_notice(fill_outputs, KERNEL_COMPILE_SECONDS)
-        fill_outputs(np.asarray(cfg).view(np.recarray), out, times, RANK_ROWS, STEP_ROWS, GPU_ROWS, DEVICE_ROWS,
-                     TIME_ROWS)
+    n = len(cfg)
+    if not n:
+        return columns_by_name(out, times)
+    if not loaded(sweep_chunk) and cold(sweep_chunk):
+        compile_notice(sweep_chunk, KERNEL_COMPILE_SECONDS)
+    records = np.ascontiguousarray(cfg, dtype=RECORD).view(np.int64).reshape(n, len(RECORD.names))
+    n_fields = records.shape[1]
+    blocks = 8 * numba.get_num_threads()
+    scratch = np.zeros(blocks, dtype=RECORD)
+    rank_out = np.full((len(RANK_COLUMNS) + 2, n + 2), UNSET, dtype=np.int64)  # + dp and n_gpus, as a sweep's
+    gpu_out = np.full((len(GPU_COLUMNS), n + 2), UNSET, dtype=np.int64)
+    step_out = np.full((len(STEP_COLUMNS), n + 2), UNSET, dtype=np.int64)
+    device_out = np.full((len(DEVICE_COLUMNS), n), UNSET, dtype=np.int64)
+    sweep_chunk(0, n, records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
+                np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
+                scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
+    for rows, level in ((RANK_ROWS, rank_out), (GPU_ROWS, gpu_out), (STEP_ROWS, step_out), (DEVICE_ROWS, device_out)):
+        out[rows] = level[: len(rows), :n]
     return columns_by_name(out, times)
 
 
