@@ -3,12 +3,8 @@
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-import pytest
-
-pytest.importorskip("torch")  # the engine.checks.measure package imports torch (the replay itself does not)
-
-from engine.checks.measure.allocator_config import MiB  # noqa: E402
-from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log, replay_records  # noqa: E402
+from engine.checks.measure.allocator_config import MiB
+from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log, replay_records
 
 
 @dataclass

@@ -10,10 +10,8 @@ import random
 
 import pytest
 
-pytest.importorskip("torch")  # the engine.checks.measure package imports torch (the model itself does not)
-
-from engine.checks.measure.allocator_config import AllocatorConfig, MiB, round_size  # noqa: E402
-from engine.checks.measure.caching_allocator import CachingAllocator, OutOfMemoryError  # noqa: E402
+from engine.checks.measure.allocator_config import AllocatorConfig, MiB, round_size
+from engine.checks.measure.caching_allocator import CachingAllocator, OutOfMemoryError
 
 KiB = 1024
 EXPANDABLE = AllocatorConfig(expandable_segments=True)

@@ -716,7 +716,8 @@ def test_an_interrupt_inside_a_finalizer_still_stops_the_command(memsim, monkeyp
     assert code == 130 and "Exception ignored" not in err and err.startswith("memsim: interrupted"), err
 
 
-def test_pytest_says_it_compiles_the_kernels_before_it_waits_for_them(tmp_path):
+@pytest.mark.slow  # two pytest collections in subprocesses (7 s): the whole suite is what compiles
+def test_pytest_says_it_compiles_the_kernel_before_it_waits_for_it(tmp_path):
     import subprocess
     import sys
 

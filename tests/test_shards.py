@@ -1,7 +1,7 @@
 """Sharded sweeps, `memsim verify` and the Ray backend: the same rows however a sweep is split or run, and a
 dataset that says exactly what is missing.
 
-One spec of 7,776 configurations (3 models x 3 GPUs x ...), swept once in one process and once in 4 shards
+One spec of 3,888 configurations (3 models x 3 GPUs x ...), swept once in one process and once in 4 shards
 by hand (module fixtures); each test copies a dataset before it breaks it. Ray starts once for the module,
 local, 2 CPUs, and only for the tests that need it; they skip when ray cannot be imported.
 """
@@ -21,7 +21,7 @@ from engine.dataset.verify import verify_dataset
 from tests.dataset_helpers import QUIET, interrupted_after, sweep_in_shards, sweep_rows, write_spec
 
 SPEC = """\
-title = "memsim shard test: 7,776 configurations"
+title = "memsim shard test: 3,888 configurations"
 
 [axes]
 model = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b"]
@@ -32,10 +32,9 @@ pp = [1, 2]
 zero_stage = [0, 1, 3]
 micro_batch = [1, 4]
 seq_len = [1024, 4096]
-checkpointing = ["none", "full"]
 lora_rank = [0, 16]
 """
-TOTAL = 3 * 3 * 3 * 3 * 2 * 3 * 2 * 2 * 2 * 2
+TOTAL = 3 * 3 * 3 * 3 * 2 * 3 * 2 * 2 * 2
 
 
 def count_rows(path) -> tuple[int, int]:
@@ -161,11 +160,11 @@ def test_a_killed_shard_leaves_nothing_and_its_rerun_completes_the_dataset(spec,
         run_sweep(spec, out, shard=(k, 4), **QUIET)
     with interrupted_after(chunks=1) as calls:
         run_sweep(spec, out, shard=(1, 4), chunk_rows=500, **QUIET)
-    assert calls == [500, 500]
+    assert calls == [500, 472]
     assert not list(out.glob("part-00001-*"))  # neither the part nor its .tmp
     code, report, _ = memsim("verify", out)
     assert code == 2
-    assert "shard 1/4 [1,944, 3,888): missing" in report
+    assert "shard 1/4 [972, 1,944): missing" in report
     assert f"memsim sweep {out / '_spec.toml'} --shard 1/4 -o {out}" in report
 
     assert memsim("sweep", out / "_spec.toml", "--shard", "1/4", "-o", out, "--quiet")[0] == 0  # the printed re-run line
@@ -187,7 +186,7 @@ def test_verify_catches_a_missing_shard(memsim, copy_of_four):
     (copy_of_four / "_shards" / "00002-of-00004.json").unlink()
     code, out, err = memsim("verify", copy_of_four)
     assert code == 2
-    assert "shard 2/4 [3,888, 5,832): missing" in out
+    assert "shard 2/4 [1,944, 2,916): missing" in out
     assert out.splitlines()[-1] == f"memsim sweep {copy_of_four / '_spec.toml'} --shard 2/4 -o {copy_of_four}"
     assert err.count("\n") == 1 and "1 shard(s) to re-run" in err
 
@@ -199,7 +198,7 @@ def test_verify_catches_a_leftover_tmp(memsim, copy_of_four):
     (copy_of_four / "_shards" / "00003-of-00004.json").unlink()
     code, out, _ = memsim("verify", copy_of_four)
     assert code == 2
-    assert "shard 3/4 [5,832, 7,776): part-00003-of-00004.parquet.tmp is half-written" in out
+    assert "shard 3/4 [2,916, 3,888): part-00003-of-00004.parquet.tmp is half-written" in out
     assert f"--shard 3/4 -o {copy_of_four}" in out
 
 
@@ -208,7 +207,7 @@ def test_verify_catches_a_truncated_part(memsim, copy_of_four):
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     code, out, _ = memsim("verify", copy_of_four)
     assert code == 2
-    assert "shard 1/4 [1,944, 3,888): the part file is unreadable (truncated or corrupt)" in out
+    assert "shard 1/4 [972, 1,944): the part file is unreadable (truncated or corrupt)" in out
 
 
 def test_verify_catches_a_part_without_marker(memsim, copy_of_four):
@@ -219,10 +218,10 @@ def test_verify_catches_a_part_without_marker(memsim, copy_of_four):
 
 def test_verify_catches_a_marker_whose_rows_disagree(copy_of_four):
     marker = copy_of_four / "_shards" / "00000-of-00004.json"
-    marker.write_text(marker.read_text().replace('"rows": 1944', '"rows": 1000'))
+    marker.write_text(marker.read_text().replace('"rows": 972', '"rows": 1000'))
     v = verify_dataset(copy_of_four)
     assert v.rerun == [0]
-    assert "1,944 rows, its marker says 1000" in v.shards[0].problems[0]
+    assert "972 rows, its marker says 1000" in v.shards[0].problems[0]
 
 
 def test_verify_catches_a_shard_of_another_spec(memsim, copy_of_four, other_spec, tmp_path):
