@@ -259,3 +259,18 @@ def test_validate_holds_throughput_to_its_tolerance_less_the_known_misses(capsys
     code, out, err = run(capsys, "validate", "--set", "throughput")
     assert code == 0, err  # the known misses are printed (MISS), not failures
     assert "published tokens/s/GPU" in out and "MISS (known, THROUGHPUT.md)" in out
+
+
+def test_a_compile_says_how_long_it_has_taken_until_it_returns(caplog):
+    import time
+
+    from engine.model import kernel
+
+    with caplog.at_level("WARNING", logger="memsim"):
+        with kernel.announced_compile(kernel.sweep_chunk, seconds=120, every=0.05):
+            time.sleep(0.32)
+        said = len(caplog.messages)
+        time.sleep(0.15)  # the ticker stops with the compile
+    assert caplog.messages[0].startswith("compiling the kernel (first run only, about 120 s")
+    assert 4 <= said - 1 <= 7 and all(m.startswith("still compiling: ") for m in caplog.messages[1:])
+    assert len(caplog.messages) == said

@@ -13,7 +13,10 @@ or more. `evaluate` picks whichever answers first for its row count, so a one-co
 for a compiler (benchmarks/bench_first_answer.py measures the three constants below).
 """
 
+import contextlib
 import logging
+import threading
+import time
 
 import numba
 import numpy as np
@@ -26,7 +29,8 @@ from engine.model.sweep_kernel import sweep_chunk
 UNSET = np.iinfo(np.int64).min
 PYTHON_SECONDS_PER_ROW = 0.45e-3  # the scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py)
 KERNEL_LOAD_SECONDS = 0.65  # the compiled kernel loaded from a warm on-disk cache, first call
-KERNEL_COMPILE_SECONDS = 120.0  # the kernel built on a cold cache: 126 s wall on two idle cores (tests/compile_kernels.py)
+KERNEL_COMPILE_SECONDS = 120.0  # the kernel built on a cold cache: 101-126 s wall on two cores (compile_kernels.py)
+PROGRESS_SECONDS = 15.0  # how often a compile in progress says how long it has taken
 DP_GIVEN = 2  # split.degrees: a resolved record's dp and n_gpus are kept as they are
 log = logging.getLogger("memsim")
 RANK_ROWS = np.array([INT_OUTPUTS.index(n) for n in RANK_COLUMNS], dtype=np.int64)
@@ -53,11 +57,26 @@ def loaded(kernel) -> bool:
     return bool(kernel.signatures)
 
 
-def compile_notice(kernel, seconds: float) -> None:
-    """Say once, through the `memsim` logger (the CLI prints it on stderr), that `kernel` is about to compile."""
+@contextlib.contextmanager
+def announced_compile(kernel, seconds: float = KERNEL_COMPILE_SECONDS, every: float = PROGRESS_SECONDS):
+    """Around the call that compiles `kernel`: say once, through the `memsim` logger (the CLI prints it on stderr),
+    that it compiles and for about how long, then every `every` seconds how long it has taken, until it returns."""
     where = getattr(getattr(kernel, "_cache", None), "_cache_path", "the numba cache")
     log.warning("compiling the kernel (first run only, about %d s on two idle cores; cached in %s)...",
                 seconds, where)
+    started, done = time.monotonic(), threading.Event()
+
+    def progress() -> None:
+        while not done.wait(every):
+            log.warning("still compiling: %d s so far (about %d s in all)", time.monotonic() - started, seconds)
+
+    ticker = threading.Thread(target=progress, name="memsim-compile-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
 
 
 def uses_kernel(n_rows: int, kernel=None) -> bool:
@@ -109,8 +128,6 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     n = len(cfg)
     if not n:
         return columns_by_name(out, times)
-    if not loaded(sweep_chunk) and cold(sweep_chunk):
-        compile_notice(sweep_chunk, KERNEL_COMPILE_SECONDS)
     records = np.ascontiguousarray(cfg, dtype=RECORD).view(np.int64).reshape(n, len(RECORD.names))
     n_fields = records.shape[1]
     blocks = 8 * numba.get_num_threads()
@@ -119,9 +136,11 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     gpu_out = np.full((len(GPU_COLUMNS), n + 2), UNSET, dtype=np.int64)
     step_out = np.full((len(STEP_COLUMNS), n + 2), UNSET, dtype=np.int64)
     device_out = np.full((len(DEVICE_COLUMNS), n), UNSET, dtype=np.int64)
-    sweep_chunk(0, n, records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
-                np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
-                scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
+    compiles = not loaded(sweep_chunk) and cold(sweep_chunk)
+    with announced_compile(sweep_chunk) if compiles else contextlib.nullcontext():
+        sweep_chunk(0, n, records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
+                    np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
+                    scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
     for rows, level in ((RANK_ROWS, rank_out), (GPU_ROWS, gpu_out), (STEP_ROWS, step_out), (DEVICE_ROWS, device_out)):
         out[rows] = level[: len(rows), :n]
     return columns_by_name(out, times)
