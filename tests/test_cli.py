@@ -268,9 +268,9 @@ def test_a_compile_says_how_long_it_has_taken_until_it_returns(caplog):
 
     with caplog.at_level("WARNING", logger="memsim"):
         with kernel.announced_compile(kernel.sweep_chunk, seconds=120, every=0.05):
-            time.sleep(0.32)
+            time.sleep(0.5)
         said = len(caplog.messages)
-        time.sleep(0.15)  # the ticker stops with the compile
+        time.sleep(0.2)  # the ticker stops with the compile
     assert caplog.messages[0].startswith("compiling the kernel (first run only, about 120 s")
-    assert 4 <= said - 1 <= 7 and all(m.startswith("still compiling: ") for m in caplog.messages[1:])
+    assert 3 <= said - 1 <= 10 and all(m.startswith("still compiling: ") for m in caplog.messages[1:])
     assert len(caplog.messages) == said

@@ -7,7 +7,6 @@ engine/dataset/columns.py turns that into Parquet columns without repeating a va
 dictionary index does.
 """
 
-import contextlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -175,12 +174,13 @@ class SweepKernel:
         if count and not self.compiled:
             self.evaluate_in_python(start, count, *buffers)
         elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
-            compiles = self.compiles and not self.said  # once: this first call compiles and caches it
-            self.said = self.said or compiles
-            with announced_compile(sweep_chunk) if compiles else contextlib.nullcontext():
-                sweep_chunk(start, count, self.grid.base, self.axis_words, self.axis_fields, self.axis_width,
-                            self.radices, self.n_rank, self.n_step, self.grid.dp_mode, self.scratch, self.words,
-                            *buffers)
+            arrays = (self.grid.base, self.axis_words, self.axis_fields, self.axis_width, self.radices, self.n_rank,
+                      self.n_step, self.grid.dp_mode, self.scratch, self.words, *buffers)
+            if self.compiles and not self.said:  # once: the first call compiles and caches it, on one row
+                self.said = True
+                with announced_compile(sweep_chunk):
+                    sweep_chunk(start, 1, *arrays)  # (the row is evaluated again below)
+            sweep_chunk(start, count, *arrays)
         rank, gpu = buffers[0][:, :n_rank], buffers[1][:, : n_rank * self.rows_per_step]
         step, device, times = buffers[2][:, :n_step], buffers[3][:, :count], buffers[4][:, :count]
         return Chunk(self.grid, start, count, rank, gpu, step, device, times, self.rows_per_rank, self.rows_per_step)

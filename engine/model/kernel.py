@@ -59,7 +59,7 @@ def loaded(kernel) -> bool:
 
 @contextlib.contextmanager
 def announced_compile(kernel, seconds: float = KERNEL_COMPILE_SECONDS, every: float = PROGRESS_SECONDS):
-    """Around the call that compiles `kernel`: say once, through the `memsim` logger (the CLI prints it on stderr),
+    """Around a call that compiles `kernel` (on one row, so that it ends when the compile does): say once, through the `memsim` logger (the CLI prints it on stderr),
     that it compiles and for about how long, then every `every` seconds how long it has taken, until it returns."""
     where = getattr(getattr(kernel, "_cache", None), "_cache_path", "the numba cache")
     log.warning("compiling the kernel (first run only, about %d s on two idle cores; cached in %s)...",
@@ -136,11 +136,13 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     gpu_out = np.full((len(GPU_COLUMNS), n + 2), UNSET, dtype=np.int64)
     step_out = np.full((len(STEP_COLUMNS), n + 2), UNSET, dtype=np.int64)
     device_out = np.full((len(DEVICE_COLUMNS), n), UNSET, dtype=np.int64)
-    compiles = not loaded(sweep_chunk) and cold(sweep_chunk)
-    with announced_compile(sweep_chunk) if compiles else contextlib.nullcontext():
-        sweep_chunk(0, n, records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
-                    np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
-                    scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
+    arrays = (records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
+              np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
+              scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
+    if not loaded(sweep_chunk) and cold(sweep_chunk):
+        with announced_compile(sweep_chunk):
+            sweep_chunk(0, 1, *arrays)  # compiles (row 0 is evaluated again below)
+    sweep_chunk(0, n, *arrays)
     for rows, level in ((RANK_ROWS, rank_out), (GPU_ROWS, gpu_out), (STEP_ROWS, step_out), (DEVICE_ROWS, device_out)):
         out[rows] = level[: len(rows), :n]
     return columns_by_name(out, times)
