@@ -27,11 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_sweep import spec, toml
-
-from tests.s3_server import start_s3_server
+from benchmarks.bench_sweep import spec, toml  # noqa: E402 (the checkout first on the path)
+from tests.s3_server import start_s3_server  # noqa: E402
 
 CHILD = """
 import json, resource, sys, time

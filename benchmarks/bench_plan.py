@@ -58,8 +58,7 @@ def main() -> None:
 def yardstick() -> None:
     """The machine's speed now: the README's kernel benchmark (bench_sweep.py, 864,000 configurations: 12.4 M/s on
     two quiet cores), so a figure taken on a busy machine can be read against the quiet one."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_sweep import kernel_rate, spec
+    from benchmarks.bench_sweep import kernel_rate, spec
 
     n, rate = kernel_rate(spec(1e6), 1_000_000)
     print(f"yardstick: bench_sweep.py's kernel alone over {n:,} configurations runs at {rate / 1e6:.2f} M/s now "

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = """
 import os, sys, tempfile
 mode = sys.argv[1]
-sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+sys.path.insert(0, {root!r})
 from engine.model import levels
 from engine.model.common import formula
 if mode == "without":
@@ -45,7 +45,7 @@ if mode == "without":
 
     levels.step_work, levels.gpu_rates, levels.device_times = no_work, no_rates, no_times
     columns.OUTPUTS = [n for n in columns.OUTPUTS if n not in TIME_COLUMNS]
-import bench_sweep
+from benchmarks import bench_sweep
 from engine.dataset.sweep import run_sweep
 with tempfile.TemporaryDirectory() as tmp:
     spec = os.path.join(tmp, "spec.toml")
@@ -57,7 +57,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
 def sweep_seconds(mode: str, cache: Path) -> float:
     env = os.environ | {"NUMBA_CACHE_DIR": str(cache / mode)}  # the two variants never share compiled code
-    code = RUN.format(root=str(ROOT), bench=str(ROOT / "benchmarks"))
+    code = RUN.format(root=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env)
     return float(out.stdout.strip().splitlines()[-1])
 
