@@ -95,7 +95,6 @@ OUTPUT_COLUMNS = [
 ]
 
 OUTPUTS = [o.name for o in OUTPUT_COLUMNS]
-OUTPUT = {o.name: o for o in OUTPUT_COLUMNS}
 
 
 def level_fields(level: str) -> list[tuple[str, type]]:
