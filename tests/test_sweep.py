@@ -130,7 +130,7 @@ def test_a_spec_with_no_valid_configuration_says_why(tmp_path, memsim):
 
 
 def test_compact_rows_keep_what_feasibility_questions_need(tmp_path, memsim):
-    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\ngpu = ["a100-sxm-80gb", "l4"]\nn_gpus = [1, 2, 4]\nzero_stage = [0, 3]\nmicro_batch = [1, 4]',
+    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\ngpu = ["a100-sxm-80gb", "l4"]\nn_gpus = [1, 2, 4, 8]\nzero_stage = [0, 3]\nmicro_batch = [1, 4]',
                      "[output]\ncompact = true\n")
     assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
     columns = set(pl.read_parquet(tmp_path / "c" / "part-*.parquet").columns)

@@ -25,6 +25,7 @@ from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
+from engine.model.streams import side_stream_slack_bytes
 
 GIB = 2**30
 COMPONENT_LABELS = {
@@ -58,6 +59,24 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
         ("allocator slack", slack),
         ("CUDA context, cuBLAS, NCCL", r["overhead_bytes"]),
     ]
+
+
+# What the caching allocator reserves beyond the allocated peak, by cause, with where each comes from.
+SLACK_SOURCES = {
+    "rounding and fragmentation": "1/16 of the bytes that churn in a step (overhead.py allocator_slack_bytes; "
+                                  "c10/cuda/CUDACachingAllocator.cpp)",
+    "FSDP stream pools": "the sharded gradients and the largest all-gather and reduce-scatter buffers, cached on "
+                         "FSDP's own streams (streams.py)",
+}
+
+
+def slack_parts(result: dict) -> list[tuple[str, int]]:
+    """The allocator slack at the peak split by cause (the parts add up to reserved - allocated)."""
+    slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
+    rec = result["record"]
+    streams = side_stream_slack_bytes(rank_terms(rec).side_stream_bytes, result["peak_grad_bytes"])
+    return [(name, size) for name, size in (("rounding and fragmentation", slack - streams),
+                                            ("FSDP stream pools", streams)) if size > 0]
 
 
 def too_large(result: dict) -> bool:
@@ -110,6 +129,8 @@ def explain(case: dict) -> dict:
         "breakdown_bytes": dict(breakdown(r)) if r["allocated_peak_bytes"] >= 0 else {},
         "temporaries": [{"part": name, "bytes": size, "source": SOURCES[name]} for name, size in
                         temporaries_at_peak(rec, rank_terms(rec))] if r["temp_bytes"] >= 0 else [],
+        "allocator_slack": [{"part": name, "bytes": size, "source": SLACK_SOURCES[name]} for name, size in
+                            slack_parts(r)] if r["allocated_peak_bytes"] >= 0 else [],
         "outputs": named_outputs(r),
         "peak_phase": name_of(Phase(r["peak_phase"])) if r["peak_phase"] >= 0 else None,
         "bottleneck": COMPONENT_LABELS[Component(r["bottleneck"])] if r["bottleneck"] >= 0 else None,
@@ -151,6 +172,8 @@ def render(result: dict) -> str:
         lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
         if label == "temporaries" and len(result["temporaries"]) > 1:  # what they are (temporaries.py)
             lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["temporaries"]]
+        if label == "allocator slack" and len(result["allocator_slack"]) > 1:  # why (streams.py)
+            lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["allocator_slack"]]
     cap, usable = result["outputs"]["capacity_bytes"], result["usable_bytes"]
     lines.append("-" * 47)
     lines.append(f"{'device peak (nvidia-smi)':<30}{peak / GIB:>9.2f}   of {cap / GIB:.1f} GiB, {usable / GIB:.1f} usable after headroom")

@@ -46,6 +46,7 @@ from engine.model.selective_op import (
     selective_op_split_bytes_per_token,
 )
 from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetch_bytes, reduce_scatter_bytes
+from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
 from engine.model.split import (
     block_params_per_gpu,
     evaluated_rank_params,
@@ -87,6 +88,7 @@ class Rank(NamedTuple):
     gather_bytes: int  # gathered from the end of forward through backward (sharding.py), LoRA's dequantized weight
     prefetch_bytes: int  # FSDP's block prefetched in backward
     reduce_bytes: int  # one block's gradients on their way to the shards
+    side_stream_bytes: int  # what FSDP's all-gather and reduce-scatter streams keep reserved (streams.py)
     end_bytes: int  # sharding buffers when backward ends
     step_bytes: int  # what the optimizer step allocates
     bucket_bytes: int  # DDP / DeepSpeed gradient buckets
@@ -147,6 +149,7 @@ def rank_terms(c):
         gather_bytes=gathered_bytes(c, params, block) + dequant_bytes(c),
         prefetch_bytes=prefetch_bytes(c, block),
         reduce_bytes=reduce_scatter_bytes(c, block, trainable),
+        side_stream_bytes=side_stream_bytes(c, params, block, trainable, columns.grad_bytes),
         end_bytes=end_of_backward_bytes(c, params, block, trainable),
         step_bytes=optimizer_step_bytes(c, trainable),
         bucket_bytes=ddp_bucket_bytes(c, trainable),
@@ -204,8 +207,9 @@ def step_terms(c, r):
                               peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
     p = peak(c, r)
-    slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes)
     grads = r.columns.grad_bytes if p.grads_live else 0
+    streams = side_stream_slack_bytes(r.side_stream_bytes, grads)
+    slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes) + streams
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,

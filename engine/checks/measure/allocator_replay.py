@@ -7,9 +7,11 @@ returns the peaks PyTorch would report (``max_memory_reserved``, ``max_memory_al
 the reserved peak (``memory._snapshot()``), each allocated block labelled with the record it holds.
 
 Over the steps the harness ran (step 0 creates the optimizer states, step 1 is measured) the log is replayed as
-it is. ``repeat_last_step`` adds more steps by replaying the last one again: its storages get fresh identities,
-and a storage born before the step and freed in it (the previous step's gradients, freed by ``zero_grad``) frees
-instead the storage of the same size that the previous repetition left alive, matched first in, first out.
+it is, from the start of step 0: what the harness allocated while it set the run up comes in only as far as it is
+still alive then (the states training begins with). ``repeat_last_step`` adds more steps by replaying the last one
+again: its storages get fresh identities, and a storage born before the step and freed in it (the previous step's
+gradients, freed by ``zero_grad``) frees instead the storage of the same size that the previous repetition left
+alive, matched first in, first out.
 
 All storages are on one stream unless ``stream_of`` says otherwise: the harness does not tag streams (FSDP2's
 all-gather and reduce-scatter streams and DDP's comm hooks run on streams of their own on a GPU; see RESERVED.md).
@@ -59,13 +61,19 @@ class Replay:
 Event = tuple[int, int, object, "Alloc"]  # (order, +1 alloc / -1 free, identity of the storage, its record)
 
 
-def log_events(records: list[Alloc], until: int | None = None) -> list[Event]:
+def log_events(records: list[Alloc], until: int | None = None, since: int | None = None) -> list[Event]:
     """Allocations and frees of the device-resident records (host ones left out), in tick order, up to tick
-    ``until`` (what is freed after the last step, when the harness drops the model, is not training)."""
+    ``until`` (what is freed after the last step, when the harness drops the model, is not training). With
+    ``since``, what the harness allocated before that tick is replayed only as far as it is still alive then,
+    allocated at the start in birth order: the states a framework has when training begins, not the harness's way
+    of making them (a multi-GPU rank materializes whole parameters before sharding them; torchtitan and
+    accelerate initialize on the meta device and allocate only the shards)."""
     out = []
     for r in records:
         if r.host or (until is not None and r.born > until):
             continue
+        if since is not None and r.born < since and r.died is not None and r.died <= since:
+            continue  # the harness's own transient
         out.append((r.born, 1, id(r), r))
         if r.died is not None and (until is None or r.died <= until):
             out.append((r.died, -1, id(r), r))
@@ -119,10 +127,10 @@ def replay_events(events: list[Event], config: AllocatorConfig = AllocatorConfig
 
 def replay_records(records: list[Alloc], config: AllocatorConfig = AllocatorConfig(), capacity_bytes: int | None = None,
                    stream_of=lambda r: 0, until: int | None = None, extra_events: list[Event] | None = None,
-                   unmatched: int = 0) -> Replay:
-    """Replay the logged run up to tick ``until`` (plus ``extra_events``, e.g. repeated steps after it) and take
-    the snapshot at the reserved peak."""
-    events = log_events(records, until) + (extra_events or [])
+                   unmatched: int = 0, since: int | None = None) -> Replay:
+    """Replay the logged run from tick ``since`` (``log_events``) up to tick ``until`` (plus ``extra_events``, e.g.
+    repeated steps after it) and take the snapshot at the reserved peak."""
+    events = log_events(records, until, since) + (extra_events or [])
     a, peak_at = replay_events(events, config, capacity_bytes, stream_of)
     at_peak, _ = replay_events(events, config, capacity_bytes, stream_of, stop_after=peak_at)
     return Replay(a.reserved.peak, a.allocated.peak, at_peak.snapshot(), peak_at, unmatched)
@@ -138,7 +146,8 @@ def replay_log(lb, config: AllocatorConfig = AllocatorConfig(), steps: int | Non
     ``replay_log(lb, EXPANDABLE, steps=3)`` the same with expandable segments over three steps.
     """
     start, end = lb.marks[f"step{last_step}"], lb.marks[f"end{last_step}"]
+    since = lb.marks.get("step0")  # training begins: the harness's setup transients are not replayed
     if steps is None or steps <= last_step + 1:
-        return replay_records(lb.records, config, capacity_bytes, stream_of, until=end)
+        return replay_records(lb.records, config, capacity_bytes, stream_of, until=end, since=since)
     extra, unmatched = repeated_step_events(lb.records, start, end, steps - last_step - 1)
-    return replay_records(lb.records, config, capacity_bytes, stream_of, end, extra, unmatched)
+    return replay_records(lb.records, config, capacity_bytes, stream_of, end, extra, unmatched, since)

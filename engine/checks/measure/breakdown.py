@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from engine.checks.measure.allocator_replay import replay_log
 from engine.checks.measure.tracker import Alloc, LiveBytes, rounded_bytes
 
 PHASE_OF = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "zero_grad": "optimizer"}
@@ -90,9 +91,12 @@ def per_layer(records: list[Alloc]) -> dict[int | None, dict[tuple[str, str, str
 
 
 def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int], saved: list[Alloc],
-                     n_params: int, trainable_params: int) -> dict:
+                     n_params: int, trainable_params: int, stream_of=lambda r: 0) -> dict:
     """The ``measured_*`` columns of one measured step: its allocated peak, what is alive then by role, the saved
-    activations, and the op that allocated the peak's last block (none: the step's start was its peak)."""
+    activations, the op that allocated the peak's last block (none: the step's start was its peak), and the
+    reserved peak of the logged steps replayed through the caching-allocator model (allocator_replay.py, default
+    PYTORCH_CUDA_ALLOC_CONF; ``stream_of`` says which stream allocated a record, all the default stream unless a
+    framework's buffers say otherwise; a run on a GPU replaces it with ``max_memory_reserved()``)."""
     peak_bytes, tick = peak(lb, start, end)
     born = next(r for r in lb.records if r.born == tick) if tick != start else None
     return {
@@ -109,5 +113,5 @@ def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int],
         "measured_peak_op": born.op if born else "",
         "measured_n_params": n_params,
         "measured_trainable_params": trainable_params,
-        "measured_reserved_peak_bytes": None,
+        "measured_reserved_peak_bytes": replay_log(lb, stream_of=stream_of).reserved_peak_bytes,
     }

@@ -62,6 +62,18 @@ def tagging(lb: RankLiveBytes):
 BUFFER_KINDS = ("fsdp_unsharded", "fsdp_all_gather", "fsdp_reduce_scatter", "ddp_bucket", "pp_recv")
 
 
+# The CUDA stream each kind of buffer is allocated on, for the caching allocator's per-stream pools: FSDP2's
+# foreach_all_gather allocates under all_gather_copy_in_stream, foreach_reduce (the reduce-scatter input, its
+# output and the sharded gradients viewed out of it) under reduce_scatter_stream
+# (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); everything else on the default stream, 0.
+STREAM_OF_KIND = {"fsdp_all_gather": 1, "fsdp_reduce_scatter": 2}
+
+
+def stream_of(lb: RankLiveBytes):
+    """Which stream allocated a record of ``lb``: by the kind of its tag (``STREAM_OF_KIND``)."""
+    return lambda r: STREAM_OF_KIND.get(kind(lb.tags.get(id(r))), 0)
+
+
 def kind(tag: str | None) -> str | None:
     """The kind of a tag (``fsdp_unsharded@model.layers.3`` -> ``fsdp_unsharded``)."""
     return tag.split("@")[0] if tag else None

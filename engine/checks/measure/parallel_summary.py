@@ -6,7 +6,7 @@ allocated, by tag, alive at the peak.
 from __future__ import annotations
 
 from engine.checks.measure import breakdown
-from engine.checks.measure.buffer_tags import BUFFER_KINDS, kind
+from engine.checks.measure.buffer_tags import BUFFER_KINDS, kind, stream_of
 from engine.checks.measure.parallel_run import Run
 from engine.checks.measure.single_gpu import MEASURED_STEP
 
@@ -53,7 +53,8 @@ def summarize(run: Run, c: dict) -> dict:
     tick = breakdown.peak(lb, start, end)[1]
     at_peak = breakdown.alive_at(lb, tick)
     saved = [r for r in breakdown.saved_for_backward(lb, roles, s) if role(r, run) == "activations"]
-    out = breakdown.measured_columns(lb, start, end, classify(at_peak, run), saved, run.n_params, run.n_params)
+    out = breakdown.measured_columns(lb, start, end, classify(at_peak, run), saved, run.n_params, run.n_params,
+                                     stream_of(lb))
     return out | anatomy(run, c, at_peak, tick)
 
 
