@@ -78,8 +78,9 @@ def test_a_frozen_base_keeps_no_casts_through_a_recomputed_forward():
 def test_lora_70b_on_8_h100_under_zero3_is_not_charged_the_base_in_16_bits():
     # was 134.83 GiB of temporaries and a 220.01 GiB device peak (PEFT's docs measure 64 GB per GPU with DeepSpeed
     # and a bf16 base; under framework = pytorch the frozen base is fp32, 32.17 GiB a GPU)
+    # (the device peak also holds what FSDP2's side streams cache: fp32 all-gathers of the root and a block, 12 GiB)
     got = outputs(config(**LLAMA_70B_LORA, checkpointing="full"))
-    assert got["temp_bytes"] < 20 * GIB and got["device_peak_bytes"] < 100 * GIB
+    assert got["temp_bytes"] < 20 * GIB and got["device_peak_bytes"] < 120 * GIB
     # without recomputation every layer's matmuls save their casts until backward: the copies are real then
     kept = outputs(config(**LLAMA_70B_LORA, checkpointing="none"))
     assert kept["temp_bytes"] > 2 * 64e9

@@ -14,7 +14,7 @@ from tests.test_temporaries import cases
 
 # The FSDP2 families whose allocated peak memsim follows step by step; fsdp2_ckpt and fsdp2_offload keep the
 # single-stream fragmentation of recomputation and of offloading that the 1/16 rule does not (PARALLEL.md).
-STREAM_FAMILIES = ("fsdp2", "fsdp2_noreshard", "fsdp2_tp")
+STREAM_FAMILIES = ("fsdp2", "fsdp2_noreshard", "fsdp2_split", "fsdp2_tp")
 
 
 def test_slack_parts_add_up_and_stream_pools_come_only_with_fsdp():

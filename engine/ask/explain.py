@@ -65,7 +65,7 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
 SLACK_SOURCES = {
     "rounding and fragmentation": "1/16 of the bytes that churn in a step (overhead.py allocator_slack_bytes; "
                                   "c10/cuda/CUDACachingAllocator.cpp)",
-    "FSDP stream pools": "the sharded gradients and the largest all-gather and reduce-scatter buffers, cached on "
+    "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
 

@@ -51,6 +51,11 @@ class LossImpl(IntEnum):
     FUSED_LINEAR = 2  # Liger / Cut Cross-Entropy: LM head and loss fused, logits never whole
 
 
+class FsdpGroups(IntEnum):
+    ROOT = 0  # fully_shard on each decoder block, then the model: embedding, final norm and head in one root group
+    SPLIT = 1  # the embedding, and the final norm with the head, are groups of their own (torchtitan since 83e6941)
+
+
 class ZeroGrad(IntEnum):
     NONE = 0  # set_to_none=True: gradients freed after each step
     ZEROS = 1  # set_to_none=False: kept allocated between steps
@@ -184,6 +189,7 @@ CHOICES = {
     "optimizer_impl": OptimizerImpl,
     "loss_impl": LossImpl,
     "zero_grad": ZeroGrad,
+    "fsdp_groups": FsdpGroups,
     "ffn_type": FFN,
     "act_fn": ActFn,
     "norm_type": Norm,

@@ -149,7 +149,7 @@ def rank_terms(c):
         gather_bytes=gathered_bytes(c, params, block) + dequant_bytes(c),
         prefetch_bytes=prefetch_bytes(c, block),
         reduce_bytes=reduce_scatter_bytes(c, block, trainable),
-        side_stream_bytes=side_stream_bytes(c, params, block, trainable, columns.grad_bytes),
+        side_stream_bytes=side_stream_bytes(c, params, block, columns.grad_bytes),
         end_bytes=end_of_backward_bytes(c, params, block, trainable),
         step_bytes=optimizer_step_bytes(c, trainable),
         bucket_bytes=ddp_bucket_bytes(c, trainable),

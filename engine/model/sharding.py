@@ -22,6 +22,7 @@ d = dp * cp, the ranks that share one copy of the states; P_blk one block's para
 """
 
 from engine.catalogs.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
+from engine.inputs.codes import FsdpGroups
 from engine.model.common import ceil_div, formula
 from engine.model.params import ffn_params, lora_params_per_layer, n_moe_layers
 from engine.model.split import layers_per_stage
@@ -99,6 +100,31 @@ def root_params(c, params, block_params):
 
 
 @formula
+def split_groups(c):
+    """fsdp_groups = split: the embedding, and the final norm with the head, are FSDP groups of their own
+    (torchtitan/models/llama3/infra/parallelize.py apply_fsdp since 83e6941, 2025-07-28: fully_shard on
+    tok_embeddings, on each block, on [norm, output] with reshard_after_forward only under the 'always' policy, then
+    on the model). Not with a tied head (it is the embedding's own weight) nor under transformers' expert plan."""
+    return c.fsdp_groups == FsdpGroups.SPLIT and not c.tied_embeddings and c.ep == 1
+
+
+@formula
+def embedding_group_params(c):
+    """The embedding's parameters on this rank (a group of its own under split groups)."""
+    return ceil_div(c.vocab * c.d_model, c.tp)
+
+
+@formula
+def kept_group_params(c, params, block_params):
+    """What FULL_SHARD keeps gathered from the end of forward through backward: the root group, or under split
+    groups the final norm and head (the embedding is resharded after forward)."""
+    root = root_params(c, params, block_params)
+    if split_groups(c):
+        return max(0, root - embedding_group_params(c))
+    return root
+
+
+@formula
 def loss_prefetch_bytes(c, r):
     """At the loss, FSDP2's root has prefetched the last block for its backward; transformers' plan (with
     expert parallelism) gathers it when that backward starts."""
@@ -120,7 +146,7 @@ def gathered_bytes(c, params, block_params):
     if fsdp(c):
         root = root_params(c, params, block_params)
         if c.zero_stage == 3:
-            return gathered_root_bytes(c, root)
+            return gathered_root_bytes(c, kept_group_params(c, params, block_params))
         return gathered_root_bytes(c, root) + gathered_block_bytes(c, params - root)
     if deepspeed_zero3(c):
         return 2 * (gathered_block_bytes(c, block_params) if quantized_base(c) else compute_bytes(c) * block_params)
@@ -163,7 +189,9 @@ def end_of_backward_bytes(c, params, block_params, trainable_params):
         return gathered_bytes(c, params, block_params) + reduce_scatter_bytes(c, block_params, trainable_params)
     pb = gathered_param_bytes(c)
     root = root_params(c, params, block_params)
-    gathered = gathered_root_bytes(c, root)
+    # the group whose backward ends the step: the root, or under split groups the embedding (the head's group
+    # was resharded after its own backward)
+    gathered = gathered_root_bytes(c, embedding_group_params(c) if split_groups(c) else root)
     if not trains(c):
         return gathered
     block_rs = reduce_bytes_per_param(c) * block_trainable_params(c, block_params, trainable_params)
@@ -176,8 +204,8 @@ def end_of_backward_bytes(c, params, block_params, trainable_params):
 
 @formula
 def next_group_gather_bytes(c, r):
-    """What is gathered while the first block's gradients reduce-scatter: FSDP2's root (kept gathered); under
-    transformers' plan (expert parallelism) the embedding, gathered for its own backward."""
-    if c.ep == 1:
+    """What is gathered while the first block's gradients reduce-scatter: FSDP2's root (kept gathered); under split
+    groups and under transformers' plan (expert parallelism) the embedding, gathered for its own backward."""
+    if c.ep == 1 and not split_groups(c):
         return r.gather_bytes
-    return gathered_root_bytes(c, ceil_div(c.vocab * c.d_model, c.tp))
+    return gathered_root_bytes(c, embedding_group_params(c))

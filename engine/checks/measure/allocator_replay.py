@@ -13,8 +13,8 @@ again: its storages get fresh identities, and a storage born before the step and
 gradients, freed by ``zero_grad``) frees instead the storage of the same size that the previous repetition left
 alive, matched first in, first out.
 
-All storages are on one stream unless ``stream_of`` says otherwise: the harness does not tag streams (FSDP2's
-all-gather and reduce-scatter streams and DDP's comm hooks run on streams of their own on a GPU; see RESERVED.md).
+All storages are on one stream unless ``stream_of`` says otherwise: a multi-GPU rank logs the stream each
+allocation was made on (``buffer_tags.stream_scopes``), and the caching allocator keeps one pool per stream.
 
 Examples
 --------

@@ -44,11 +44,13 @@ def fsdp_group_name(group) -> str:
 @contextmanager
 def tagging(lb: RankLiveBytes):
     """Tag the communication buffers the frameworks allocate (see module docstring)."""
+    import torch
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
     from torch.distributed.pipelining import stage as pp_stage
 
     name = lambda group, *args, **kwargs: fsdp_group_name(group)
     with ExitStack() as stack:
+        stack.enter_context(patched(torch.cpu, "stream", stream_scopes(lb)))
         stack.enter_context(patched(pg.FSDPParamGroup, "unshard", _tagged(lb, "fsdp_all_gather", name)))
         stack.enter_context(patched(pg.FSDPParamGroup, "wait_for_unshard", _tagged(lb, "fsdp_unsharded", name)))
         stack.enter_context(patched(pg.FSDPParamGroup, "post_backward", _tagged(lb, "fsdp_reduce_scatter", name)))
@@ -62,16 +64,38 @@ def tagging(lb: RankLiveBytes):
 BUFFER_KINDS = ("fsdp_unsharded", "fsdp_all_gather", "fsdp_reduce_scatter", "ddp_bucket", "pp_recv")
 
 
-# The CUDA stream each kind of buffer is allocated on, for the caching allocator's per-stream pools: FSDP2's
-# foreach_all_gather allocates under all_gather_copy_in_stream, foreach_reduce (the reduce-scatter input, its
-# output and the sharded gradients viewed out of it) under reduce_scatter_stream
-# (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); everything else on the default stream, 0.
-STREAM_OF_KIND = {"fsdp_all_gather": 1, "fsdp_reduce_scatter": 2}
+def stream_scopes(lb: RankLiveBytes):
+    """Wrap ``torch.cpu.stream`` (the device handle the frameworks call on this CPU build; on a GPU,
+    ``torch.cuda.stream``) so that what is allocated inside ``with device_handle.stream(s)`` is logged on stream
+    ``s``: each stream other than the current one gets a number of its own, in the order they are first entered
+    (FSDP2's all-gather copy-in, reduce-scatter and all-reduce streams, torch/distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py). The caching allocator keeps one pool of cached blocks per stream."""
+    import torch
+
+    numbers: dict[int, int] = {}
+
+    def wrap(original):
+        @contextmanager
+        def scope(stream):
+            before = lb.stream
+            if stream is None or stream is torch.cpu.current_stream():
+                lb.stream = 0
+            else:
+                lb.stream = numbers.setdefault(id(stream), len(numbers) + 1)
+            try:
+                with original(stream):
+                    yield
+            finally:
+                lb.stream = before
+
+        return scope
+
+    return wrap
 
 
 def stream_of(lb: RankLiveBytes):
-    """Which stream allocated a record of ``lb``: by the kind of its tag (``STREAM_OF_KIND``)."""
-    return lambda r: STREAM_OF_KIND.get(kind(lb.tags.get(id(r))), 0)
+    """Which stream allocated a record of ``lb`` (``stream_scopes``; 0, the default stream, unless logged)."""
+    return lambda r: lb.streams.get(id(r), 0)
 
 
 def kind(tag: str | None) -> str | None:

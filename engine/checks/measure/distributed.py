@@ -69,12 +69,16 @@ class RankLiveBytes(LiveBytes):
         super().__init__()
         self.tag: str | None = None  # set by `tagging` while a wrapped framework function runs
         self.tags: dict[int, str] = {}
+        self.stream = 0  # the stream allocations go to (buffer_tags.stream_scopes; 0 = the default stream)
+        self.streams: dict[int, int] = {}  # record id -> the stream it was allocated on, when not the default
 
     def track(self, t: torch.Tensor, op: str = "external") -> None:
         before = len(self.records)
         super().track(t, op)
         if len(self.records) > before and self.tag is not None:
             self.tags[id(self.records[-1])] = self.tag
+        if len(self.records) > before and self.stream:
+            self.streams[id(self.records[-1])] = self.stream
 
     def track_storage(self, st: torch.UntypedStorage, op: str, tag: str | None) -> None:
         """A storage that grew from nothing (FSDP2's ``alloc_storage``): a new record of its size."""
@@ -86,6 +90,8 @@ class RankLiveBytes(LiveBytes):
         self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
         if tag or self.tag:
             self.tags[id(rec)] = tag or self.tag
+        if self.stream:
+            self.streams[id(rec)] = self.stream
 
     def free_storage(self, st: torch.UntypedStorage) -> None:
         """A storage resized to nothing (FSDP2's ``free_storage``): its record dies now."""

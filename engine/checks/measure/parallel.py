@@ -85,6 +85,10 @@ def check(c: dict) -> None:
         raise UserError("LoRA is measured on one GPU or data parallel (DDP, FSDP2), not with tp, pp, cp or experts")
     if c["precision"] not in ("fp32", "bf16", "amp_bf16"):
         raise UserError(f"precision={c['precision']!r}: multi-GPU layouts are measured in fp32, bf16 or amp_bf16")
+    if c.get("fsdp_groups", "root") == "split" and (c["tied_embeddings"] or c["ep"] > 1 or c["pp"] > 1
+                                                     or h["fsdp_wrap"] != "blocks"):
+        raise UserError("fsdp_groups='split' is measured with untied embeddings under fsdp_wrap 'blocks', "
+                        "without pipeline or expert parallelism")
     _check_layout(c, h)
 
 

@@ -4,7 +4,8 @@ the layout names does it, with that framework's own code:
     layout (CONFIG.md)                               what runs
     framework=pytorch, zero_stage=0, dp>1            torch DistributedDataParallel (bucket_cap_mb,
                                                      gradient_as_bucket_view: harness columns)
-    framework=fsdp, zero_stage=3 | 2                 FSDP2 ``fully_shard`` on every decoder block, then the root;
+    framework=fsdp, zero_stage=3 | 2                 FSDP2 ``fully_shard`` on every decoder block, then the root
+                                                     (fsdp_groups=split: the embedding and [norm, head] too);
                                                      reshard_after_forward = (zero_stage == 3);
                                                      MixedPrecisionPolicy(bf16 params, fp32 reduce) for amp_bf16;
                                                      CPUOffloadPolicy for offload=optimizer_params
@@ -60,12 +61,20 @@ def _fsdp_kwargs(c: dict) -> dict:
 
 
 def apply_fsdp(model, c: dict, mesh, blocks) -> None:
-    """FSDP2 as the case says: each decoder block, then the root (``fsdp_wrap = blocks``)."""
+    """FSDP2 as the case says: each decoder block, then the root (``fsdp_wrap = blocks``); with
+    ``fsdp_groups = split`` the embedding first and the final norm with the head after the blocks, the latter
+    not resharded after forward, as torchtitan's apply_fsdp does since 83e6941 (its 'default' policy)."""
     from torch.distributed.fsdp import fully_shard
 
     kw = _fsdp_kwargs(c)
+    split = c.get("fsdp_groups", "root") == "split"
+    if split:
+        fully_shard(model.get_input_embeddings(), mesh=mesh, **kw)
     for block in blocks:
         fully_shard(block, mesh=mesh, **kw)
+    if split:
+        head = [model.model.norm, model.get_output_embeddings()]
+        fully_shard(head, mesh=mesh, **{**kw, "reshard_after_forward": False})
     fully_shard(model, mesh=mesh, **kw)
 
 
