@@ -28,6 +28,7 @@ CHOICES = dict(
     optimizer_impl=["foreach", "fused", "forloop"],
     loss_impl=["standard", "chunked", "fused_linear"],
     zero_grad=["none", "zeros"],
+    fsdp_groups=["root", "split"],
     recipe=["none", *presets()],
 )
 

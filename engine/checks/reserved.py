@@ -1,8 +1,8 @@
 """memsim's reserved peak against the committed traced steps replayed through the caching-allocator model.
 
 `memsim measure` replays every traced step's allocations and frees, in order, through a model of PyTorch's CUDA
-caching allocator (measure/allocator_replay.py, default PYTORCH_CUDA_ALLOC_CONF), FSDP2's all-gather and
-reduce-scatter buffers on the streams that allocate them (measure/buffer_tags.STREAM_OF_KIND), and records what
+caching allocator (measure/allocator_replay.py, default PYTORCH_CUDA_ALLOC_CONF), each allocation of a multi-GPU
+rank on the stream whose context it was made in (measure/buffer_tags.stream_scopes), and records what
 `torch.cuda.max_memory_reserved()` would report as `measured_reserved_peak_bytes`. This check sets memsim's
 `reserved_peak_bytes` beside it for every row of data/measured/*.csv: reported per set and family, not held to a
 tolerance (the replays are a model of the allocator, not a GPU; data/measured/PARALLEL.md, "Reserved memory").

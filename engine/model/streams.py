@@ -35,6 +35,7 @@ from engine.model.sharding import (
     fsdp,
     gathered_block_bytes,
     gathered_root_bytes,
+    kept_group_params,
     root_params,
     split_groups,
 )
@@ -47,12 +48,10 @@ def all_gather_buffer_bytes(c, params, block_params):
     neighbours are held at once: the root (or under split groups the larger of the embedding and the head, each
     next to a block) with a block, or two blocks when a block is larger."""
     block = gathered_block_bytes(c, block_params)
-    root = root_params(c, params, block_params)
-    if split_groups(c):
-        outer = max(gathered_root_bytes(c, embedding_group_params(c)),
-                    gathered_root_bytes(c, root - embedding_group_params(c)))
+    if split_groups(c):  # the head group is what FULL_SHARD keeps gathered (kept_group_params)
+        outer = gathered_root_bytes(c, max(embedding_group_params(c), kept_group_params(c, params, block_params)))
     else:
-        outer = gathered_root_bytes(c, root)
+        outer = gathered_root_bytes(c, root_params(c, params, block_params))
     both = max(outer, block) + block
     return both + ceil_div(both, c.dp * c.cp)
 
