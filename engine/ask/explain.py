@@ -21,8 +21,10 @@ from engine.inputs.codes import (
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
+from engine.model.common import ceil_div
 from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
+from engine.model.overhead import SLACK_DENOMINATOR
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
 from engine.model.streams import side_stream_slack_bytes
@@ -65,6 +67,9 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
 SLACK_SOURCES = {
     "rounding and fragmentation": "1/16 of the bytes that churn in a step (overhead.py allocator_slack_bytes; "
                                   "c10/cuda/CUDACachingAllocator.cpp)",
+    "loss-sized block cut up": "one more block of the loss's largest size, whose freed segment smaller blocks "
+                               "settle in between micro-steps (overhead.py allocator_slack_bytes, "
+                               "loss.loss_block_bytes; the replayed traces, PARALLEL.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
@@ -75,8 +80,10 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
     rec = result["record"]
     streams = side_stream_slack_bytes(rank_terms(rec).side_stream_bytes, result["peak_grad_bytes"])
-    return [(name, size) for name, size in (("rounding and fragmentation", slack - streams),
-                                            ("FSDP stream pools", streams)) if size > 0]
+    default_stream = slack - streams  # the larger of the churn's share and one loss-sized block
+    churn = ceil_div(result["activation_bytes"] + result["temp_bytes"], SLACK_DENOMINATOR)
+    cause = "rounding and fragmentation" if default_stream <= churn else "loss-sized block cut up"
+    return [(name, size) for name, size in ((cause, default_stream), ("FSDP stream pools", streams)) if size > 0]
 
 
 def too_large(result: dict) -> bool:

@@ -39,7 +39,8 @@ from engine.model.compiled import (
 from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
-from engine.model.peak import peak
+from engine.model.loss import loss_block_bytes
+from engine.model.peak import peak, peak_holds_loss
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
@@ -209,7 +210,8 @@ def step_terms(c, r):
     p = peak(c, r)
     grads = r.columns.grad_bytes if p.grads_live else 0
     streams = side_stream_slack_bytes(r.side_stream_bytes, grads)
-    slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes) + streams
+    block = loss_block_bytes(c) if peak_holds_loss(c, r) else 0
+    slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + streams
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,

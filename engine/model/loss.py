@@ -2,6 +2,8 @@
 
     loss_impl       forward peak (inside the loss)              start of backward
     standard        logits B_c + fp32 copy + log-probs 4        log-probs + two fp32 gradients: 12·t·V
+    standard, shifted_logits (transformers < 4.46)
+                    fp32 logits + shifted copy + log-probs      the same (+ the fp32 logits if the loop holds them)
     standard, compiled  logits B_c (fused: no fp32 tensor)      logits and their gradient: 2·B_c·t·V
     chunked (n)     logits B_c + log-probs 4 + one fp32 chunk   the first chunk's gradients, or every chunk's
                                                                 dlogits with three head-weight gradients
@@ -76,6 +78,8 @@ def loss_forward_bytes(c):
         return logits_bytes(c) + fp32_logits_bytes(c)
     if loss_compiled(c):  # the compiled cross-entropy keeps the 16-bit logits (all chunks') and two fp32 scalars
         return logits_bytes(c) + 8 * local_tokens(c)
+    if shifted_loss(c):  # the model's fp32 logits, their shifted copy and the log-probs
+        return 3 * fp32_logits_bytes(c)
     upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
         upcast = ceil_div(upcast, c.loss_chunks)
@@ -116,6 +120,20 @@ def loss_backward_bytes(c):
         all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
     return 3 * fp32_logits_bytes(c)
+
+
+@formula
+def shifted_loss(c):
+    """transformers before 4.46 (shifted_logits), e.g. modeling_llama.py at v4.38.0, LlamaForCausalLM.forward:
+    `logits = self.lm_head(hidden_states); logits = logits.float()`, then with labels
+    `shift_logits = logits[..., :-1, :].contiguous()` and CrossEntropyLoss on its flattened view; the output
+    carries the fp32 logits. The 16-bit logits die at the upcast, the shifted copy when the forward returns (the
+    log-probs are what log_softmax saves), so the forward's loss peak is three fp32 tensors of (s-1)·b·V, taken
+    here as s·b·V; a loop that drops the output has the same backward as later versions, and one that holds it
+    (outputs_held) holds fp32 logits (held.py). 4.46 upcasts inside loss_utils.ForCausalLMLoss and shifts the
+    labels. Traced: data/measured/qlora.csv, family shifted_logits."""
+    return (c.shifted_logits and c.loss_impl == LossImpl.STANDARD and c.lm_head and not fused_kernels(c)
+            and not loss_compiled(c))
 
 
 @formula
@@ -166,6 +184,22 @@ def fused_linear_forward_bytes(c):
     if compute_bytes(c) == 4:
         return fixed + logits_chunk + head_weight_bytes(c, 4)
     return fixed + logits_chunk
+
+
+@formula
+def loss_block_bytes(c):
+    """The largest single block the loss allocates and frees in every micro-step: the fp32 logits (standard; the
+    16-bit ones when compiled), one fp32 chunk (chunked), one logits chunk (fused_linear). overhead.py's
+    allocator slack keeps one block of this size beyond the allocated peak."""
+    if not has_dims(c) or not c.lm_head:
+        return 0
+    if c.loss_impl == LossImpl.FUSED_LINEAR:
+        return ceil_div(fused_linear_chunk_tokens(c) * c.vocab * compute_bytes(c), vocab_shards(c))
+    if c.loss_impl == LossImpl.CHUNKED:
+        return ceil_div(fp32_logits_bytes(c), c.loss_chunks)
+    if compiled_loss(c):
+        return logits_bytes(c)
+    return fp32_logits_bytes(c)
 
 
 @formula

@@ -144,6 +144,11 @@ def overhead_bytes(c):
 
 
 @formula
-def allocator_slack_bytes(churn_bytes):
-    """reserved - allocated: the caching allocator's rounding and fragmentation on churning bytes."""
-    return ceil_div(churn_bytes, SLACK_DENOMINATOR)
+def allocator_slack_bytes(churn_bytes, loss_block_bytes):
+    """reserved - allocated on the default stream: the caching allocator's rounding and fragmentation on churning
+    bytes, or, when larger, one more block of the loss's largest size (loss.loss_block_bytes). That block is made
+    and freed in every micro-step; between two, smaller requests settle in its free segment (the allocator splits
+    the smallest free block that fits, CUDACachingAllocator.cpp get_free_block), so the next one finds no free
+    block large enough and a new segment is made: the replayed traces show segments of that size nearly empty at
+    the reserved peak (data/measured/PARALLEL.md, "Reserved memory by stream")."""
+    return max(ceil_div(churn_bytes, SLACK_DENOMINATOR), loss_block_bytes)

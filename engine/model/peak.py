@@ -248,3 +248,12 @@ def peak(c, r):
     if last.allocated_bytes > best.allocated_bytes:
         best = last
     return best
+
+
+@formula
+def peak_holds_loss(c, r):
+    """The most loaded rank (peak's choice) is the last pipeline stage, the one with the LM head and the loss."""
+    if c.pp == 1:
+        return True
+    first, middle, last = stage_peaks(c, r)
+    return last.allocated_bytes > first.allocated_bytes and last.allocated_bytes > middle.allocated_bytes

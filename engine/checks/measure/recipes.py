@@ -14,6 +14,7 @@ implementation, zero_grad, optimizer implementation, optimizer in backward) is `
     optimizer_in_backward    train (grad hooks)            torchtune OptimizerInBackward (recipe_optim)
     zero_grad                train.train_step              set_to_none=True / False
     outputs_held             train._held_forward_loss      the last micro-step's logits kept until the next forward
+    shifted_logits           train._shifted_logits/_loss   transformers < 4.46's fp32 logits and shifted-logits loss
     compile                  refused                       see ``COMPILE_REFUSAL`` (recipe_compile traces the saved set)
     precision=fp8            wrap_model + step_context     torchao Float8Linear, torchtitan's recipe (recipe_fp8)
 """
@@ -72,6 +73,8 @@ def check(c: dict) -> None:
                         "(parallel_run) does not run them yet")
     if c["outputs_held"] and (c["loss_impl"] != "standard" or parallel.needs_world(c)):
         raise UserError("outputs_held is measured on one device with loss_impl='standard' (the logits held)")
+    if c["shifted_logits"] and (c["loss_impl"] != "standard" or parallel.needs_world(c)):
+        raise UserError("shifted_logits is measured on one device with loss_impl='standard' (transformers' own loss)")
     if c["activation_offload"] and c["checkpointing"] == "selective_op":
         raise UserError("activation_offload is measured with checkpointing 'full' (torchtune) or 'none', "
                         "not 'selective_op'")

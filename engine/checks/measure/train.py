@@ -12,7 +12,8 @@ gradients in place (``set_to_none=False``) so they stay allocated through the ne
 torchtune (``loss_chunked``) or Liger (``loss_fused_linear``) do, on labels shifted as transformers shifts
 them; ``optimizer_impl`` and ``optimizer_in_backward`` re-make the optimizer before its first step
 (``recipe_optim``), and an optimizer stepping in backward makes ``step()`` a no-op. ``outputs_held`` keeps each micro-step's logits, and
-through them its autograd graph, until the next forward returns (LitGPT's finetune loops).
+through them its autograd graph, until the next forward returns (LitGPT's finetune loops); ``shifted_logits``
+runs transformers' loss as it was before 4.46 (fp32 logits from the model, the shifted logits copied).
 
 Optimizers: AdamW/Adam and SGD with momentum with ``foreach=True`` (the CUDA default, see
 ``torch.optim.optimizer._default_to_fused_or_foreach``; CPU would default to the per-tensor loop),
@@ -61,6 +62,8 @@ def shifted_labels(ids: torch.Tensor) -> torch.Tensor:
 def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
     """The micro-step's loss: transformers' own (``standard``), torchtune's chunked CE or Liger's fused loss."""
     if c["loss_impl"] == "standard":
+        if c["shifted_logits"]:
+            return _shifted_loss(_shifted_logits(model, ids), ids, c["vocab"])
         return model(input_ids=ids, labels=ids).loss
     base = getattr(model, "get_base_model", lambda: model)()
     h = base.base_model(input_ids=ids).last_hidden_state  # after the final norm, before the head
@@ -70,13 +73,30 @@ def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
     return loss_fused_linear.loss(h, base.get_output_embeddings().weight, labels)
 
 
+def _shifted_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """``shifted_logits``: the logits as transformers before 4.46 returned them, upcast in the model's forward
+    (modeling_llama.py at v4.38.0, LlamaForCausalLM.forward: ``logits = self.lm_head(hidden_states)``,
+    ``logits = logits.float()``); the 16-bit logits die at the upcast."""
+    return model(input_ids=ids).logits.float()
+
+
+def _shifted_loss(logits: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """That forward's loss (its ``labels is not None`` branch): the shifted logits copied, then CrossEntropyLoss
+    over the flattened copy."""
+    shift_logits = logits[..., :-1, :].contiguous()
+    shift_labels = ids[..., 1:].contiguous()
+    return F.cross_entropy(shift_logits.view(-1, vocab), shift_labels.view(-1))
+
+
 def _held_forward_loss(model, ids: torch.Tensor, c: dict, lb) -> torch.Tensor:
     """``outputs_held``: the logits first (``model(input_ids)``), then the previous micro-step's held logits let go,
     then transformers' own loss on them (what ``labels=`` runs: ``loss_function``), the order of LitGPT's loop
     (``logits = model(input_ids, ...)`` rebinds the name, and with it the last step's graph, before the loss);
     this micro-step's logits are held until the next forward returns."""
-    logits = model(input_ids=ids).logits
+    logits = _shifted_logits(model, ids) if c["shifted_logits"] else model(input_ids=ids).logits
     lb.held = logits
+    if c["shifted_logits"]:
+        return _shifted_loss(logits, ids, c["vocab"])
     base = getattr(model, "get_base_model", lambda: model)()
     return base.loss_function(logits=logits, labels=ids, vocab_size=c["vocab"])
 
