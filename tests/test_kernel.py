@@ -29,6 +29,7 @@ CHOICES = dict(
     loss_impl=["standard", "chunked", "fused_linear"],
     zero_grad=["none", "zeros"],
     fsdp_groups=["root", "split"],
+    allocator=["caching", "expandable"],
     recipe=["none", *presets()],
 )
 

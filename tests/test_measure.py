@@ -96,3 +96,14 @@ def test_committed_row_reproduces_exactly(case_id):
 ])
 def test_unsupported_option_is_one_line_user_error(override, word):
     assert_refused({**TINY_GPT2, **override}, word)
+
+
+def test_allocator_input_chooses_the_replayed_allocator():
+    """`allocator` reaches the replay: the same logged step, replayed with and without expandable segments, has one
+    allocated peak and two reserved peaks (a recomputed step whose logits dwarf its layers)."""
+    tiny = dict(model="tiny", n_layers=2, d_model=256, n_heads=4, d_ff=1024, vocab=32000, ffn_type="swiglu",
+                seq_len=512, micro_batch=8, precision="bf16", optimizer="adamw", checkpointing="full",
+                attention="flash")
+    caching, expandable = (measure_case({**tiny, "allocator": a}) for a in ("caching", "expandable"))
+    assert caching["measured_allocated_peak_bytes"] == expandable["measured_allocated_peak_bytes"]
+    assert caching["measured_reserved_peak_bytes"] != expandable["measured_reserved_peak_bytes"]

@@ -56,6 +56,11 @@ class FsdpGroups(IntEnum):
     SPLIT = 1  # the embedding, and the final norm with the head, are groups of their own (torchtitan since 83e6941)
 
 
+class Allocator(IntEnum):
+    CACHING = 0  # PyTorch's CUDA caching allocator as it comes: fixed segments, a freed one cut up by smaller blocks
+    EXPANDABLE = 1  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one growing segment per stream
+
+
 class ZeroGrad(IntEnum):
     NONE = 0  # set_to_none=True: gradients freed after each step
     ZEROS = 1  # set_to_none=False: kept allocated between steps

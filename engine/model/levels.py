@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.inputs.codes import Component, Invalid
+from engine.inputs.codes import Allocator, Component, Invalid
 from engine.inputs.outputs import level_fields
 from engine.model.activations import (
     has_dropout,
@@ -210,7 +210,7 @@ def step_terms(c, r):
     p = peak(c, r)
     grads = r.columns.grad_bytes if p.grads_live else 0
     streams = side_stream_slack_bytes(r.side_stream_bytes, grads)
-    block = loss_block_bytes(c) if peak_holds_loss(c, r) else 0
+    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING and peak_holds_loss(c, r) else 0
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + streams
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)

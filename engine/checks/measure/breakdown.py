@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.checks.measure.allocator_replay import replay_log
+from engine.checks.measure.allocator_config import AllocatorConfig
+from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log
 from engine.checks.measure.tracker import Alloc, LiveBytes, rounded_bytes
 
+ALLOCATOR_CONFIGS = {"caching": AllocatorConfig(), "expandable": EXPANDABLE}  # the `allocator` input's values
 PHASE_OF = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "zero_grad": "optimizer"}
 
 
@@ -91,11 +93,11 @@ def per_layer(records: list[Alloc]) -> dict[int | None, dict[tuple[str, str, str
 
 
 def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int], saved: list[Alloc],
-                     n_params: int, trainable_params: int, stream_of=lambda r: 0) -> dict:
+                     n_params: int, trainable_params: int, stream_of=lambda r: 0, allocator: str = "caching") -> dict:
     """The ``measured_*`` columns of one measured step: its allocated peak, what is alive then by role, the saved
     activations, the op that allocated the peak's last block (none: the step's start was its peak), and the
-    reserved peak of the logged steps replayed through the caching-allocator model (allocator_replay.py, default
-    PYTORCH_CUDA_ALLOC_CONF; ``stream_of`` says which stream allocated a record, all the default stream unless a
+    reserved peak of the logged steps replayed through the caching-allocator model (allocator_replay.py: the default
+    PYTORCH_CUDA_ALLOC_CONF, or expandable_segments:True when ``allocator`` says 'expandable'; ``stream_of`` says which stream allocated a record, all the default stream unless a
     framework's buffers say otherwise; a run on a GPU replaces it with ``max_memory_reserved()``)."""
     peak_bytes, tick = peak(lb, start, end)
     born = next(r for r in lb.records if r.born == tick) if tick != start else None
@@ -113,5 +115,5 @@ def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int],
         "measured_peak_op": born.op if born else "",
         "measured_n_params": n_params,
         "measured_trainable_params": trainable_params,
-        "measured_reserved_peak_bytes": replay_log(lb, stream_of=stream_of).reserved_peak_bytes,
+        "measured_reserved_peak_bytes": replay_log(lb, ALLOCATOR_CONFIGS[allocator], stream_of=stream_of).reserved_peak_bytes,
     }

@@ -26,6 +26,8 @@ def measure_on_cuda(c: dict) -> dict:
     if not torch.cuda.is_available():
         raise UserError("device='cuda' needs a CUDA GPU; none is visible (use device='fake')")
     torch.cuda.empty_cache()
+    # the `allocator` input, as PYTORCH_CUDA_ALLOC_CONF would set it (settable at run time for expandable segments)
+    torch.cuda.memory._set_allocator_settings(f"expandable_segments:{c['allocator'] == 'expandable'}")
     model, opt = prepare(c, "cuda")
     lb = LiveBytes()
     for t in (*model.parameters(), *model.buffers()):
@@ -41,7 +43,7 @@ def measure_on_cuda(c: dict) -> dict:
         lb.step = MEASURED_STEP
         train_step(model, opt, c, lb, "cuda")
         torch.cuda.synchronize()
-    out = summarize(lb, roles(lb, model, opt), model)
+    out = summarize(lb, roles(lb, model, opt), model, c["allocator"])
     out["measured_tracked_peak_bytes"] = out["measured_allocated_peak_bytes"]
     out["measured_allocated_peak_bytes"] = torch.cuda.max_memory_allocated()
     out["measured_reserved_peak_bytes"] = torch.cuda.max_memory_reserved()

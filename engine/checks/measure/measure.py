@@ -72,5 +72,5 @@ def measure_case(case: dict, device: str = "fake") -> dict:
         measured = measure_on_cuda(c)
     else:
         lb, roles, model = run_logged(c, device)
-        measured = summarize(lb, roles, model)
+        measured = summarize(lb, roles, model, c["allocator"])
     return {**c, **measured, "measure_device": MEASURE_DEVICE[device], **versions()}

@@ -54,7 +54,7 @@ def summarize(run: Run, c: dict) -> dict:
     at_peak = breakdown.alive_at(lb, tick)
     saved = [r for r in breakdown.saved_for_backward(lb, roles, s) if role(r, run) == "activations"]
     out = breakdown.measured_columns(lb, start, end, classify(at_peak, run), saved, run.n_params, run.n_params,
-                                     stream_of(lb))
+                                     stream_of(lb), c["allocator"])
     return out | anatomy(run, c, at_peak, tick)
 
 

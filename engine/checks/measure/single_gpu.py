@@ -99,12 +99,14 @@ def roles(lb: LiveBytes, model: torch.nn.Module, opt) -> dict[str, set[int]]:
     return {"weights": weights, "grads": grads, "optimizer": ids(state_tensors(opt)), "weight_casts": casts}
 
 
-def summarize(lb: LiveBytes, roles: dict[str, set[int]], model: torch.nn.Module) -> dict:
-    """The ``measured_*`` columns for the measured step of a logged run."""
+def summarize(lb: LiveBytes, roles: dict[str, set[int]], model: torch.nn.Module, allocator: str = "caching") -> dict:
+    """The ``measured_*`` columns for the measured step of a logged run (its reserved peak replayed under
+    ``allocator``, the input's value)."""
     s = MEASURED_STEP
     start, end = lb.marks[f"step{s}"], lb.marks[f"end{s}"]
     tick = breakdown.peak(lb, start, end)[1]
     parts = breakdown.classify(breakdown.alive_at(lb, tick), lb, roles, s)
     params = list(model.parameters())
     return breakdown.measured_columns(lb, start, end, parts, breakdown.saved_for_backward(lb, roles, s),
-                                      sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad))
+                                      sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad),
+                                      allocator=allocator)
