@@ -40,7 +40,7 @@ from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.overhead import allocator_slack_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.loss import loss_block_bytes
-from engine.model.peak import peak, peak_holds_loss
+from engine.model.peak import peak_of_ranks
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
@@ -207,10 +207,10 @@ def step_terms(c, r):
                               allocated_peak_bytes=NULL, reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL,
                               peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
-    p = peak(c, r)
+    p, holds_loss = peak_of_ranks(c, r)
     grads = r.columns.grad_bytes if p.grads_live else 0
     streams = side_stream_slack_bytes(r.side_stream_bytes, grads)
-    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING and peak_holds_loss(c, r) else 0
+    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING and holds_loss else 0
     slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + streams
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)

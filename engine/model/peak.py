@@ -239,21 +239,19 @@ def stage_peaks(c, r):
 
 
 @formula
-def peak(c, r):
-    """The peak of one training step on the most loaded pipeline rank."""
+def peak_of_ranks(c, r):
+    """The peak of one training step on the most loaded pipeline rank, and whether that rank is the last stage,
+    the one with the LM head and the loss."""
     first, middle, last = stage_peaks(c, r)
-    best = first
+    best, holds_loss = first, c.pp == 1
     if middle.allocated_bytes > best.allocated_bytes:
         best = middle
     if last.allocated_bytes > best.allocated_bytes:
-        best = last
-    return best
+        best, holds_loss = last, True
+    return best, holds_loss
 
 
 @formula
-def peak_holds_loss(c, r):
-    """The most loaded rank (peak's choice) is the last pipeline stage, the one with the LM head and the loss."""
-    if c.pp == 1:
-        return True
-    first, middle, last = stage_peaks(c, r)
-    return last.allocated_bytes > first.allocated_bytes and last.allocated_bytes > middle.allocated_bytes
+def peak(c, r):
+    """The peak of one training step on the most loaded pipeline rank."""
+    return peak_of_ranks(c, r)[0]
