@@ -47,7 +47,7 @@ def random_case(rng) -> dict:
         headroom=pick([0.0, 0.1, 0.15]), paged=pick([True, False]), capacity_factor=pick([1.0, 1.25, 2.0]),
         optimizer_in_backward=pick([True, False]), loss_chunks=pick([1, 8, 64]), checkpoint_every=pick([1, 2, 3]),
         activation_offload=pick([True, False]), compile=pick([True, False]), loss_parallel=pick([True, False]),
-        compile_loss=pick([True, False]),
+        compile_loss=pick([True, False]), shifted_logits=pick([True, False]), outputs_held=pick([True, False]),
     )
     return case
 

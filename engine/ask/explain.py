@@ -179,7 +179,8 @@ def render(result: dict) -> str:
         lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
         if label == "temporaries" and len(result["temporaries"]) > 1:  # what they are (temporaries.py)
             lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["temporaries"]]
-        if label == "allocator slack" and len(result["allocator_slack"]) > 1:  # why (streams.py)
+        causes = [t["part"] for t in result["allocator_slack"]]
+        if label == "allocator slack" and causes not in ([], ["rounding and fragmentation"]):  # why (overhead.py)
             lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["allocator_slack"]]
     cap, usable = result["outputs"]["capacity_bytes"], result["usable_bytes"]
     lines.append("-" * 47)

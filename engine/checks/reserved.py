@@ -1,37 +1,88 @@
 """memsim's reserved peak against the committed traced steps replayed through the caching-allocator model.
 
 `memsim measure` replays every traced step's allocations and frees, in order, through a model of PyTorch's CUDA
-caching allocator (measure/allocator_replay.py, default PYTORCH_CUDA_ALLOC_CONF), each allocation of a multi-GPU
-rank on the stream whose context it was made in (measure/buffer_tags.stream_scopes), and records what
+caching allocator (measure/allocator_replay.py, under the row's `allocator`: PyTorch's default or expandable
+segments), each allocation of a multi-GPU rank on the stream whose context it was made in (measure/buffer_tags.stream_scopes), and records what
 `torch.cuda.max_memory_reserved()` would report as `measured_reserved_peak_bytes`. This check sets memsim's
 `reserved_peak_bytes` beside it for every row of data/measured/*.csv: reported per set and family, not held to a
 tolerance (the replays are a model of the allocator, not a GPU; data/measured/PARALLEL.md, "Reserved memory").
 
-    python -m engine.checks.reserved            # one line per group
-    python -m engine.checks.reserved --by-case  # and one line per row
+    python -m engine.checks.reserved                 # one line per group
+    python -m engine.checks.reserved --by-case       # and one line per row
+    python -m engine.checks.reserved --expandable 30  # 30 one-GPU rows traced again, replayed with expandable segments
+
+`--expandable N` (needs the measure extras: torch, transformers) draws N rows of the one-GPU sets (seed 1), traces
+each again and replays it with `expandable_segments:True`, and sets memsim's reserved peak with `allocator =
+expandable` beside it (about 10 s a row).
 """
 
 import argparse
+import random
 import statistics
 
 from engine.ask.evaluate import evaluate_cases
-from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows, rank_peak
+from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows
+from engine.inputs.codes import Allocator
+from engine.model.levels import rank_terms, stage_slack_bytes
+from engine.model.loss import loss_block_bytes
+from engine.model.peak import stage_peaks
+
+
+def rank_reserved(result: dict, row: dict) -> int:
+    """memsim's reserved peak for the rank a row measured: a pipeline's first, second or last stage when the row
+    names it (that stage's allocated peak and slack, the loss-sized block on the last), else the most loaded
+    rank's (reserved_peak_bytes)."""
+    record = result["record"]
+    rank = int(row.get("rank") or 0)
+    if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
+        return result["reserved_peak_bytes"]
+    r = rank_terms(record)
+    first, middle, last = stage_peaks(record, r)
+    is_last = rank == record.n_gpus - 1
+    stage = first if rank == 0 else last if is_last else middle
+    block = loss_block_bytes(record) if is_last and record.allocator == Allocator.CACHING else 0
+    return int(stage.allocated_bytes + stage_slack_bytes(r, stage, block))
 
 
 def reserved_results(rows: list[dict] | None = None) -> list[dict]:
-    """memsim's reserved peak (for the rank a row measured: its allocated peak plus the most loaded rank's slack)
-    against each row's replayed reserved peak."""
+    """memsim's reserved peak (for the rank a row measured, rank_reserved) against each row's replayed reserved
+    peak."""
     rows = measured_rows() if rows is None else rows
     rows = [row for row in rows if row.get("measured_reserved_peak_bytes")]
     results = evaluate_cases([config_of(row, by_dims=True) for row in rows])
     out = []
     for row, result in zip(rows, results):
         reference = float(row["measured_reserved_peak_bytes"])
-        slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
-        value = rank_peak(result, row) + slack
+        value = rank_reserved(result, row)
         out.append({"case_id": row["case_id"], "group": measured_group(row), "reference_gib": reference / GIB,
                     "allocated_gib": float(row["measured_allocated_peak_bytes"]) / GIB, "memsim_gib": value / GIB,
                     "error_pct": 100.0 * (value - reference) / reference})
+    return out
+
+
+def expandable_results(n: int, seed: int = 1) -> list[dict]:
+    """memsim's reserved peak with `allocator = expandable` against n one-GPU rows traced again and replayed
+    with expandable segments (and, beside it, the same trace's replay under the default allocator)."""
+    from engine.ask.estimate import INPUT_COLUMNS, estimate_table
+    from engine.cli.measure import load_harness
+
+    load_harness()
+    from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log
+    from engine.checks.measure.case import resolve
+    from engine.checks.measure.single_gpu import run_logged
+
+    rows = [r for r in measured_rows() if r["set"] in ("single-gpu", "recipes") and r.get("measured_reserved_peak_bytes")]
+    out = []
+    for row in random.Random(seed).sample(rows, n):
+        case = config_of(row, by_dims=True) | {"allocator": "expandable"}
+        result = evaluate_cases([case])[0]
+        lb, _, _ = run_logged(resolve(estimate_table([case]).select(INPUT_COLUMNS).to_pylist()[0]))
+        expandable, caching = replay_log(lb, EXPANDABLE), replay_log(lb)
+        reference = expandable.reserved_peak_bytes
+        out.append({"case_id": row["case_id"], "allocated_gib": expandable.allocated_peak_bytes / GIB,
+                    "caching_gib": caching.reserved_peak_bytes / GIB, "reference_gib": reference / GIB,
+                    "memsim_gib": result["reserved_peak_bytes"] / GIB,
+                    "error_pct": 100.0 * (result["reserved_peak_bytes"] - reference) / reference})
     return out
 
 
@@ -48,7 +99,19 @@ def group_summary(results: list[dict]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.checks.reserved", description=__doc__.splitlines()[0])
     parser.add_argument("--by-case", action="store_true", help="one line per measured row as well")
+    parser.add_argument("--expandable", type=int, metavar="N", help="N one-GPU rows traced again and replayed with "
+                        "expandable segments, against memsim's allocator = expandable")
     args = parser.parse_args(argv)
+    if args.expandable:
+        results = expandable_results(args.expandable)
+        rows = [[r["case_id"], f"{r['allocated_gib']:.2f}", f"{r['caching_gib']:.2f}", f"{r['reference_gib']:.2f}",
+                 f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%"] for r in results]
+        print("\n".join(aligned(["case", "allocated GiB", "replayed, caching", "replayed, expandable", "memsim GiB",
+                                 "error"], rows, {1, 2, 3, 4, 5})))
+        errors = [r["error_pct"] for r in results]
+        print(f"\n{len(errors)} rows: median |error| {statistics.median(map(abs, errors)):.1f}%, signed median "
+              f"{statistics.median(errors):+.1f}%, {min(errors):+.1f}% .. {max(errors):+.1f}%")
+        return 0
     results = reserved_results()
     if args.by_case:
         rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['reference_gib']:.2f}",

@@ -62,7 +62,7 @@ RECIPE_FIELDS = [
     Field("loss_parallel", "bool", False, "with tp > 1: the loss runs on vocabulary shards (Megatron always; torchtitan); false: logits gathered (HF tp_plan)"),
     Field("quant_saves_input", "bool", False, "bitsandbytes before 0.43.2: each quantized linear keeps its input on its autograd node (MatMul4Bit ctx.tensors = (A, B), bitsandbytes #1270) until the graph is freed"),
     Field("outputs_held", "bool", False, "the training loop keeps the last micro-step's logits (and their autograd graph) until the next forward returns (LitGPT's finetune loops)"),
-    Field("shifted_logits", "bool", False, "transformers before 4.46: the causal LM upcasts its logits to fp32 in its forward and returns them so, and the loss copies the shifted logits (logits[..., :-1, :].contiguous()) before the cross-entropy; 4.46 on shift the labels (loss_utils.ForCausalLMLoss). With loss_impl = standard"),
+    Field("shifted_logits", "bool", False, "transformers before 4.46: the causal LM upcasts its logits to fp32 in its forward and returns them so, and the loss copies the shifted logits (logits[..., :-1, :].contiguous()) before the cross-entropy; from 4.46 the model returns 16-bit logits (loss_utils.ForCausalLMLoss upcasts them), and since transformers #36607 (2025-03) the labels are shifted instead. With loss_impl = standard (ignored otherwise)"),
 ]
 
 LAYOUT_FIELDS = [

@@ -197,9 +197,18 @@ def largest_component(r, sc):
 
 
 @formula
+def stage_slack_bytes(r, p, block):
+    """reserved - allocated on a pipeline rank at its peak `p`: the default stream's slack (with `block`, the
+    loss-sized block, on the rank that holds the loss) and FSDP's stream pools."""
+    grads = r.columns.grad_bytes if p.grads_live else 0
+    return allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + side_stream_slack_bytes(r.side_stream_bytes, grads)
+
+
+@formula
 def step_terms(c, r):
     """The peak of one training step: what is live at the high-water mark of forward, backward or the
-    optimizer step, on the most loaded pipeline stage."""
+    optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
+    where the loss-sized block makes the last one reserve more."""
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
@@ -207,11 +216,12 @@ def step_terms(c, r):
                               allocated_peak_bytes=NULL, reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL,
                               peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
-    p, holds_loss = peak_of_ranks(c, r)
+    p, holds_loss, last = peak_of_ranks(c, r)
     grads = r.columns.grad_bytes if p.grads_live else 0
-    streams = side_stream_slack_bytes(r.side_stream_bytes, grads)
-    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING and holds_loss else 0
-    slack = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + streams
+    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
+    slack = stage_slack_bytes(r, p, block if holds_loss else 0)
+    if not holds_loss and block > 0:  # the last stage, less loaded, may still reserve more: the loss block is its own
+        slack = max(slack, last.allocated_bytes + stage_slack_bytes(r, last, block) - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,

@@ -130,8 +130,10 @@ def shifted_loss(c):
     carries the fp32 logits. The 16-bit logits die at the upcast, the shifted copy when the forward returns (the
     log-probs are what log_softmax saves), so the forward's loss peak is three fp32 tensors of (s-1)·b·V, taken
     here as s·b·V; a loop that drops the output has the same backward as later versions, and one that holds it
-    (outputs_held) holds fp32 logits (held.py). 4.46 upcasts inside loss_utils.ForCausalLMLoss and shifts the
-    labels. Traced: data/measured/qlora.csv, family shifted_logits."""
+    (outputs_held) holds fp32 logits (held.py). From 4.46 the model returns its 16-bit logits and
+    loss_utils.ForCausalLMLoss upcasts them, still copying the shifted fp32 logits until transformers #36607
+    (2025-03) shifted the labels instead: that era's forward (16-bit logits, fp32 copy, shifted copy, log-probs:
+    14 B per token and entry) is not modelled. Traced: data/measured/qlora.csv, family shifted_logits."""
     return (c.shifted_logits and c.loss_impl == LossImpl.STANDARD and c.lm_head and not fused_kernels(c)
             and not loss_compiled(c))
 
@@ -188,14 +190,19 @@ def fused_linear_forward_bytes(c):
 
 @formula
 def loss_block_bytes(c):
-    """The largest single block the loss allocates and frees in every micro-step: the fp32 logits (standard; the
-    16-bit ones when compiled), one fp32 chunk (chunked), one logits chunk (fused_linear). overhead.py's
-    allocator slack keeps one block of this size beyond the allocated peak."""
+    """The loss's block whose size recurs every micro-step, as loss_forward_bytes and loss_backward_bytes make it:
+    the fp32 logits (standard; under fused kernels, chunked too), the 16-bit logits of a compiled loss (one chunk's
+    when chunked), one fp32 chunk (chunked), one logits chunk (fused_linear). overhead.py's allocator slack keeps
+    one block of this size beyond the allocated peak."""
     if not has_dims(c) or not c.lm_head:
         return 0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
         return ceil_div(fused_linear_chunk_tokens(c) * c.vocab * compute_bytes(c), vocab_shards(c))
+    if fused_kernels(c):
+        return fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
+        if loss_compiled(c):
+            return ceil_div(logits_bytes(c), c.loss_chunks)
         return ceil_div(fp32_logits_bytes(c), c.loss_chunks)
     if compiled_loss(c):
         return logits_bytes(c)

@@ -240,15 +240,15 @@ def stage_peaks(c, r):
 
 @formula
 def peak_of_ranks(c, r):
-    """The peak of one training step on the most loaded pipeline rank, and whether that rank is the last stage,
-    the one with the LM head and the loss."""
+    """The peak of one training step on the most loaded pipeline rank, whether that rank is the last stage (the
+    one with the LM head and the loss), and the last stage's peak (the same when p = 1)."""
     first, middle, last = stage_peaks(c, r)
     best, holds_loss = first, c.pp == 1
     if middle.allocated_bytes > best.allocated_bytes:
         best = middle
     if last.allocated_bytes > best.allocated_bytes:
         best, holds_loss = last, True
-    return best, holds_loss
+    return best, holds_loss, last
 
 
 @formula
