@@ -177,14 +177,15 @@ def quantized_bytes(n):
 
 @formula
 def frozen_base_bytes(c):
-    """LoRA's frozen base: linear weights as base_quant says, embedding/head/norms in 16 bits.
+    """LoRA's frozen base: linear weights as base_quant says, embedding/head/norms in 16 bits (the head as the
+    linears with quant_lm_head, unless tied to the embedding).
 
     int8 (LLM.int8, arXiv:2208.07339): 1 byte per weight + an fp32 scale per output row (~0.1%, left out).
     """
     n = params_per_gpu(c)
     if c.base_quant == Quant.NONE:
         return sharded(c, weight_bytes_per_param(c) * n, weight_shard_stage(c), False)
-    unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings else 2), c.tp * c.pp)
+    unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2), c.tp * c.pp)
     return sharded(c, quantized_linear_bytes(c, max(0, n - unquantized)) + 2 * unquantized, weight_shard_stage(c), False)
 
 

@@ -91,10 +91,20 @@ def head_cast_bytes(c):
 
 @formula
 def dequant_bytes(c):
-    """QLoRA / int8 LoRA: one linear weight dequantized to 16 bits at a time (bitsandbytes MatMul4Bit)."""
+    """QLoRA / int8 LoRA: the largest quantized weight dequantized to 16 bits, one at a time (bitsandbytes
+    MatMul4Bit: `F.dequantize_4bit(B, quant_state).to(A.dtype)`), the LM head's V·h with quant_lm_head. Weights
+    quantized from fp16 come back in fp16 and are copied to a bf16 compute dtype, 4 B per weight: bitsandbytes
+    before 0.43 quantized `self.data.half()` (Params4bit.cuda, 0.42.0 nn/modules.py), and Lightning's plugin always
+    quantizes `weight.to(dtype=torch.half)` (fabric/plugins/precision/bitsandbytes.py _Linear4bit._quantize_weight);
+    quant_saves_input stands for that era, quant_lm_head for Lightning."""
     if c.lora_rank == 0 or c.base_quant == Quant.NONE:
         return 0
-    return 2 * ceil_div(c.d_model * max(c.d_ff, c.moe_d_ff), c.tp)
+    largest = c.d_model * max(c.d_ff, c.moe_d_ff)
+    if c.quant_lm_head and c.lm_head and not c.tied_embeddings:
+        largest = max(largest, c.vocab * c.d_model)
+    fp16_compute = c.precision == Precision.FP16 or c.precision == Precision.AMP_FP16
+    fp16_copy = (c.quant_saves_input or c.quant_lm_head) and compute_bytes(c) == 2 and not fp16_compute
+    return (4 if fp16_copy else 2) * ceil_div(largest, c.tp)
 
 
 @formula

@@ -119,7 +119,7 @@ def run_rank(c: dict) -> Run:
         else:
             _materialize(model)
             if c["base_quant"] != "none":
-                quantized.quantize(model)
+                quantized.quantize(model, quantized.from_fp16(c))
             model.tie_weights()
             model = recipes.wrap_model(model, c)
             call, cp_mesh = _distribute(model, c, lb)

@@ -47,8 +47,9 @@ STATE_BUFFERS = ("absmax", "code", "state2_absmax", "state2_code", "offset")
 def check(c: dict) -> None:
     """UserError (one line) for a quantized base the harness cannot run."""
     if c["base_quant"] == "none":
-        if c["quant_saves_input"]:
-            raise UserError("quant_saves_input needs a quantized base (base_quant nf4 or nf4_nodq)")
+        if c["quant_saves_input"] or c["quant_lm_head"]:
+            knob = "quant_saves_input" if c["quant_saves_input"] else "quant_lm_head"
+            raise UserError(f"{knob} needs a quantized base (base_quant nf4 or nf4_nodq)")
         return
     if c["base_quant"] not in QUANTIZED:
         raise UserError(f"base_quant={c['base_quant']!r} cannot be measured here; accepted: none, "
@@ -64,6 +65,12 @@ def check(c: dict) -> None:
         import bitsandbytes  # noqa: F401
     except ImportError:
         raise UserError("measuring a quantized base needs bitsandbytes (pip install bitsandbytes)") from None
+
+
+def from_fp16(c: dict) -> bool:
+    """Whether the base is quantized from fp16 (``quantize``): bitsandbytes before 0.43 (``quant_saves_input``
+    stands for that era) and Lightning's plugin (``quant_lm_head``); memsim's temporaries.dequant_bytes."""
+    return c["quant_saves_input"] or c["quant_lm_head"]
 
 
 def double_quant(c: dict) -> bool:
@@ -90,12 +97,24 @@ def replace_linears(model: torch.nn.Module, blocks: list[torch.nn.Module], c: di
                                               quant_type="nf4", quant_storage=storage)
                     q.weight_double_quant = double_quant(c)  # Params4bit's flag does not survive materialization
                     setattr(parent, name, q)
+    head = model.get_output_embeddings()
+    if c["quant_lm_head"] and not c["tied_embeddings"] and type(head) is torch.nn.Linear:
+        # Lightning's BitsandbytesPrecision converts every nn.Linear, the head included (_convert_layers)
+        with torch.device("meta"):
+            q = bnb.nn.Linear4bit(head.in_features, head.out_features, bias=head.bias is not None,
+                                  compute_dtype=compute, compress_statistics=double_quant(c), quant_type="nf4",
+                                  quant_storage=storage)
+        q.weight_double_quant = double_quant(c)
+        model.set_output_embeddings(q)
     model.is_loaded_in_4bit = True  # what peft's dispatch_bnb_4bit reads (transformers sets it on load)
 
 
-def quantize(model: torch.nn.Module) -> None:
+def quantize(model: torch.nn.Module, from_fp16: bool = False) -> None:
     """Inside the fake mode, after materialization: each Linear4bit's 16-bit weight quantized as
-    ``Params4bit._quantize`` does, the packed weight and its statistics put in place of it."""
+    ``Params4bit._quantize`` does, the packed weight and its statistics put in place of it. ``from_fp16``: the
+    weight cast to fp16 first, so the quant state's dtype (what dequantization returns) is fp16, as bitsandbytes
+    before 0.43 (``Params4bit.cuda``: ``self.data.contiguous().half()``) and Lightning's plugin
+    (``_Linear4bit._quantize_weight``) quantize."""
     import bitsandbytes as bnb
     import bitsandbytes.functional as F
 
@@ -104,18 +123,18 @@ def quantize(model: torch.nn.Module) -> None:
     cached = F.name2qmap.pop("dynamic", None)
     F.name2qmap["dynamic"] = torch.empty(256, dtype=torch.float32)
     try:
-        _quantize_all(model, bnb)
+        _quantize_all(model, bnb, from_fp16)
     finally:
         F.name2qmap.pop("dynamic")
         if cached is not None:
             F.name2qmap["dynamic"] = cached
 
 
-def _quantize_all(model: torch.nn.Module, bnb) -> None:
+def _quantize_all(model: torch.nn.Module, bnb, from_fp16: bool) -> None:
     for m in model.modules():
         if not isinstance(m, bnb.nn.Linear4bit) or getattr(m.weight, "quant_state", None) is not None:
             continue
-        w = m.weight
+        w = m.weight.half() if from_fp16 else m.weight
         packed, state = bnb.functional.quantize_4bit(w.detach(), blocksize=BLOCKSIZE, compress_statistics=
                                                      m.weight_double_quant, quant_type="nf4",
                                                      quant_storage=m.quant_storage)
@@ -139,9 +158,9 @@ class _CudaGemm4bit(TorchDispatchMode):
     """``bitsandbytes::gemm_4bit`` as the CUDA backend runs it past ``CUSTOM_MAX_M`` rows (always, for the
     0.42-era path): the dequantized weight in the input's dtype, then ``F.linear`` (``_dequant_linear_fallback``)."""
 
-    def __init__(self, always: bool) -> None:
+    def __init__(self, always: bool, state_dtype=None) -> None:
         super().__init__()
-        self.always = always
+        self.always, self.state_dtype = always, state_dtype
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -158,7 +177,9 @@ class _CudaGemm4bit(TorchDispatchMode):
             offset = kwargs.get("absmax_offset", args[9] if len(args) > 9 else None)
             absmax = torch.ops.bitsandbytes.dequantize_blockwise.default(absmax_8bit, absmax, code, 256,
                                                                           torch.float32) + offset
-        weight = torch.ops.bitsandbytes.dequantize_4bit.default(b, absmax, blocksize, quant_type, shape, a.dtype)
+        # 0.42's MatMul4Bit: F.dequantize_4bit(B, quant_state).to(A.dtype): the quant state's dtype, then a cast
+        weight = torch.ops.bitsandbytes.dequantize_4bit.default(b, absmax, blocksize, quant_type, shape,
+                                                                self.state_dtype or a.dtype).to(a.dtype)
         return torch.nn.functional.linear(a, weight, bias)
 
 
@@ -214,7 +235,7 @@ def _bnb_semantics(c: dict):
         bnb_autograd.MatMul4Bit = _keeps_input(original)
     bnb_modules.fix_4bit_weight_quant_state_from_module = _state_onto_weight
     try:
-        with _CudaGemm4bit(always=c["quant_saves_input"]):
+        with _CudaGemm4bit(always=c["quant_saves_input"], state_dtype=torch.float16 if from_fp16(c) else None):
             yield
     finally:
         bnb_autograd.MatMul4Bit = original

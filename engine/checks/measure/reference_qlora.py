@@ -1,5 +1,6 @@
 """The measured LoRA / QLoRA set: a bitsandbytes-quantized base, old and new bitsandbytes, LoRA dropout, held
-outputs, transformers' loss before 4.46 (shifted logits), and LoRA / QLoRA on several GPUs (DDP, FSDP2).
+outputs, transformers' loss before 4.46 (shifted logits), a quantized LM head, and LoRA / QLoRA on several GPUs
+(DDP, FSDP2).
 
 Example:
     memsim measure --set qlora -o data/measured/qlora.csv
@@ -16,7 +17,7 @@ from engine.checks.measure import reference_parallel
 from engine.checks.measure.reference_set import MODELS
 from engine.errors import UserError
 
-SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held", "shifted_logits"]  # inputs beside reference_set's CONFIG_COLUMNS
+SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]  # inputs beside reference_set's CONFIG_COLUMNS
 Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
 QV16, ALL64 = {"lora_rank": 16, "lora_targets": "qv"}, {"lora_rank": 64, "lora_targets": "all_linear"}
 FSDP = {"framework": "fsdp", "zero_stage": 3}
@@ -56,6 +57,12 @@ FAMILY_CASES = {
         ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, "lora_dropout": 0.1, "checkpointing": "full",
                                               "shifted_logits": True, "outputs_held": True}),
     ],
+    "quant_lm_head": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **QOLD, "quant_lm_head": True}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **QOLD, "quant_lm_head": True, "outputs_held": True,
+                                                  "lora_dropout": 0.05}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, "quant_lm_head": True}),
+    ],
     "lora_ddp": [
         ("llama-400m-like", 2048, 2, "bf16", {**QV16, "n_gpus": 2}),
         ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, "n_gpus": 4}),
@@ -82,6 +89,7 @@ def case_id(family: str, model: str, seq: int, mb: int, precision: str, f: dict)
     parts += [f"drop{f['lora_dropout']}"] if f.get("lora_dropout") else []
     parts += ["held"] if f.get("outputs_held") else []
     parts += ["shifted"] if f.get("shifted_logits") else []
+    parts += ["qhead"] if f.get("quant_lm_head") else []
     parts += ["ckpt"] if f.get("checkpointing") == "full" else []
     if f.get("n_gpus"):
         parts += [f"{'fsdp' if f.get('framework') == 'fsdp' else 'ddp'}{f['n_gpus']}"]

@@ -45,7 +45,7 @@ def prepare(c: dict, device: str = "cpu", fake_mode=None):
         with fake_mode:
             model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
             if c["base_quant"] != "none":
-                quantized.quantize(model)
+                quantized.quantize(model, quantized.from_fp16(c))
         getattr(model, "get_base_model", lambda: model)().tie_weights()
     model = recipes.wrap_model(model, c)
     params = [p for p in model.parameters() if p.requires_grad]
