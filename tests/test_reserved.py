@@ -56,8 +56,7 @@ def test_recomputed_steps_keep_a_loss_sized_block():
     cut up by blocks that outlive them, and the replays reserve whole segments of that size again; 1/16 of the
     churn alone leaves memsim low on most of these rows (overhead.allocator_slack_bytes)."""
     from engine.checks.validate import config_of
-    from engine.model.common import ceil_div
-    from engine.model.overhead import SLACK_DENOMINATOR
+    from engine.model.overhead import allocator_slack_bytes
 
     rows = [r for r in measured_rows() if r["checkpointing"] == "full" and r.get("loss_impl") in (None, "", "standard")
             and int(r.get("n_gpus") or 1) == 1]
@@ -67,7 +66,7 @@ def test_recomputed_steps_keep_a_loss_sized_block():
     for row, r in zip(rows, results):
         result = evaluate_case(config_of(row, by_dims=True))
         block = dict(slack_parts(result)).get("loss-sized block cut up", 0)
-        churn = ceil_div(result["activation_bytes"] + result["temp_bytes"], SLACK_DENOMINATOR)
+        churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0)
         cut = (block - churn) / 2**30 if block else 0
         without.append(100 * (r["memsim_gib"] - cut - r["reference_gib"]) / r["reference_gib"])
     assert len(rows) >= 40

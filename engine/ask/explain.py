@@ -21,10 +21,9 @@ from engine.inputs.codes import (
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
-from engine.model.common import ceil_div
 from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
-from engine.model.overhead import SLACK_DENOMINATOR
+from engine.model.overhead import allocator_slack_bytes
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
 from engine.model.streams import side_stream_slack_bytes
@@ -81,7 +80,7 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     rec = result["record"]
     streams = side_stream_slack_bytes(rank_terms(rec).side_stream_bytes, result["peak_grad_bytes"])
     default_stream = slack - streams  # the larger of the churn's share and one loss-sized block
-    churn = ceil_div(result["activation_bytes"] + result["temp_bytes"], SLACK_DENOMINATOR)
+    churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0)
     cause = "rounding and fragmentation" if default_stream <= churn else "loss-sized block cut up"
     return [(name, size) for name, size in ((cause, default_stream), ("FSDP stream pools", streams)) if size > 0]
 

@@ -2,7 +2,8 @@
 
 `memsim measure` replays every traced step's allocations and frees, in order, through a model of PyTorch's CUDA
 caching allocator (measure/allocator_replay.py, under the row's `allocator`: PyTorch's default or expandable
-segments), each allocation of a multi-GPU rank on the stream whose context it was made in (measure/buffer_tags.stream_scopes), and records what
+segments), each allocation of a multi-GPU rank on the stream whose context it was made in
+(measure/buffer_tags.stream_scopes), and records what
 `torch.cuda.max_memory_reserved()` would report as `measured_reserved_peak_bytes`. This check sets memsim's
 `reserved_peak_bytes` beside it for every row of data/measured/*.csv: reported per set and family, not held to a
 tolerance (the replays are a model of the allocator, not a GPU; data/measured/PARALLEL.md, "Reserved memory").
@@ -21,27 +22,22 @@ import random
 import statistics
 
 from engine.ask.evaluate import evaluate_cases
-from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows
+from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows, measured_stage
 from engine.inputs.codes import Allocator
 from engine.model.levels import rank_terms, stage_slack_bytes
 from engine.model.loss import loss_block_bytes
-from engine.model.peak import stage_peaks
 
 
 def rank_reserved(result: dict, row: dict) -> int:
-    """memsim's reserved peak for the rank a row measured: a pipeline's first, second or last stage when the row
-    names it (that stage's allocated peak and slack, the loss-sized block on the last), else the most loaded
-    rank's (reserved_peak_bytes)."""
-    record = result["record"]
-    rank = int(row.get("rank") or 0)
-    if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
+    """memsim's reserved peak for the rank a row measured (validate.measured_stage: that stage's allocated peak and
+    slack, the loss-sized block on the last), else the most loaded rank's (reserved_peak_bytes)."""
+    stage = measured_stage(result, row)
+    if stage is None:
         return result["reserved_peak_bytes"]
-    r = rank_terms(record)
-    first, middle, last = stage_peaks(record, r)
-    is_last = rank == record.n_gpus - 1
-    stage = first if rank == 0 else last if is_last else middle
+    peak, is_last = stage
+    record = result["record"]
     block = loss_block_bytes(record) if is_last and record.allocator == Allocator.CACHING else 0
-    return int(stage.allocated_bytes + stage_slack_bytes(r, stage, block))
+    return int(peak.allocated_bytes + stage_slack_bytes(rank_terms(record), peak, block))
 
 
 def reserved_results(rows: list[dict] | None = None) -> list[dict]:
@@ -71,7 +67,8 @@ def expandable_results(n: int, seed: int = 1) -> list[dict]:
     from engine.checks.measure.case import resolve
     from engine.checks.measure.single_gpu import run_logged
 
-    rows = [r for r in measured_rows() if r["set"] in ("single-gpu", "recipes") and r.get("measured_reserved_peak_bytes")]
+    rows = [r for r in measured_rows()
+            if r["set"] in ("single-gpu", "recipes") and r.get("measured_reserved_peak_bytes")]
     out = []
     for row in random.Random(seed).sample(rows, n):
         case = config_of(row, by_dims=True) | {"allocator": "expandable"}

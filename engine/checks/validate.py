@@ -107,15 +107,22 @@ def measured_group(row: dict) -> str:
     return f"measured:{row.get('set', 'single-gpu')}" + (f":{detail}" if detail else "")
 
 
-def rank_peak(result: dict, row: dict) -> int:
-    """memsim's peak for the rank a row measured: a pipeline's first, second or last stage when the row names
-    it, else the most loaded rank (allocated_peak_bytes)."""
+def measured_stage(result: dict, row: dict):
+    """(peak, is_last) of the pipeline stage a row measured, when it names one (its first, second or last rank);
+    None for the most loaded rank (every row without a pipeline)."""
     record = result["record"]
     rank = int(row.get("rank") or 0)
     if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
-        return result["allocated_peak_bytes"]
+        return None
     first, middle, last = stage_peaks(record, rank_terms(record))
-    return int((first if rank == 0 else last if rank == record.n_gpus - 1 else middle).allocated_bytes)
+    is_last = rank == record.n_gpus - 1
+    return (first if rank == 0 else last if is_last else middle), is_last
+
+
+def rank_peak(result: dict, row: dict) -> int:
+    """memsim's peak for the rank a row measured (measured_stage), else the most loaded rank's."""
+    stage = measured_stage(result, row)
+    return result["allocated_peak_bytes"] if stage is None else int(stage[0].allocated_bytes)
 
 
 def measured_results(rows: list[dict] | None = None) -> list[dict]:

@@ -201,7 +201,8 @@ def stage_slack_bytes(r, p, block):
     """reserved - allocated on a pipeline rank at its peak `p`: the default stream's slack (with `block`, the
     loss-sized block, on the rank that holds the loss) and FSDP's stream pools."""
     grads = r.columns.grad_bytes if p.grads_live else 0
-    return allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block) + side_stream_slack_bytes(r.side_stream_bytes, grads)
+    default_stream = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block)
+    return default_stream + side_stream_slack_bytes(r.side_stream_bytes, grads)
 
 
 @formula

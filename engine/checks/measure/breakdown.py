@@ -97,7 +97,8 @@ def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int],
     """The ``measured_*`` columns of one measured step: its allocated peak, what is alive then by role, the saved
     activations, the op that allocated the peak's last block (none: the step's start was its peak), and the
     reserved peak of the logged steps replayed through the caching-allocator model (allocator_replay.py: the default
-    PYTORCH_CUDA_ALLOC_CONF, or expandable_segments:True when ``allocator`` says 'expandable'; ``stream_of`` says which stream allocated a record, all the default stream unless a
+    PYTORCH_CUDA_ALLOC_CONF, or expandable_segments:True when ``allocator`` says 'expandable'; ``stream_of`` says
+    which stream allocated a record, all the default stream unless a
     framework's buffers say otherwise; a run on a GPU replaces it with ``max_memory_reserved()``)."""
     peak_bytes, tick = peak(lb, start, end)
     born = next(r for r in lb.records if r.born == tick) if tick != start else None
@@ -115,5 +116,6 @@ def measured_columns(lb: LiveBytes, start: int, end: int, parts: dict[str, int],
         "measured_peak_op": born.op if born else "",
         "measured_n_params": n_params,
         "measured_trainable_params": trainable_params,
-        "measured_reserved_peak_bytes": replay_log(lb, ALLOCATOR_CONFIGS[allocator], stream_of=stream_of).reserved_peak_bytes,
+        "measured_reserved_peak_bytes": replay_log(lb, ALLOCATOR_CONFIGS[allocator],
+                                                   stream_of=stream_of).reserved_peak_bytes,
     }

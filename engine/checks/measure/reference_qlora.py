@@ -17,7 +17,8 @@ from engine.checks.measure import reference_parallel
 from engine.checks.measure.reference_set import MODELS
 from engine.errors import UserError
 
-SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]  # inputs beside reference_set's CONFIG_COLUMNS
+# inputs beside reference_set's CONFIG_COLUMNS
+SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]
 Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
 QV16, ALL64 = {"lora_rank": 16, "lora_targets": "qv"}, {"lora_rank": 64, "lora_targets": "all_linear"}
 FSDP = {"framework": "fsdp", "zero_stage": 3}

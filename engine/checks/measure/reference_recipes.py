@@ -195,7 +195,8 @@ def measure_recipe_case(case: dict, device: str = "fake") -> dict:
     c = resolve(case)
     lb, roles, model = run_logged(c, device)
     host = host_peak(lb, lb.marks[f"step{MEASURED_STEP}"], lb.marks[f"end{MEASURED_STEP}"])
-    return {**c, **summarize(lb, roles, model, c["allocator"]), HOST_COLUMN: host, "measure_device": MEASURE_DEVICE[device],
+    return {**c, **summarize(lb, roles, model, c["allocator"]), HOST_COLUMN: host,
+            "measure_device": MEASURE_DEVICE[device],
             **versions(), "torchao_version": _torchao_version() if c["precision"] == "fp8" else ""}
 
 
