@@ -30,6 +30,7 @@ CHOICES = dict(
     zero_grad=["none", "zeros"],
     fsdp_groups=["root", "split"],
     allocator=["caching", "expandable"],
+    lora_dtype=["fp32", "compute"],
     recipe=["none", *presets()],
 )
 

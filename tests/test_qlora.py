@@ -55,6 +55,22 @@ def test_lora_dropout_adds_a_mask_per_adapter():
     assert (drop[0] - base[0], drop[1] - base[1]) == (5 * 64, 64 + 176)
 
 
+def test_adapters_in_the_compute_dtype_take_the_input_as_it_is():
+    # bf16, q/v adapters, no dropout: peft's fp32 adapters each cast x to fp32 (2 x 4 B x h) and save an fp32 r-wide
+    # lora_A output (2 x 4 B x r); bf16 adapters share x (2 B x h) and save bf16 outputs (2 x 2 B x r)
+    kw = {**LLAMA, "lora_rank": 8, "lora_targets": "qv", "precision": "bf16"}
+    fp32, half = per_token(**kw), per_token(**kw, lora_dtype="compute")
+    assert fp32[0] - half[0] == (2 * 4 * 64 + 2 * 4 * 8) - (2 * 64 + 2 * 2 * 8)
+    assert fp32[1] == half[1]
+    # the adapters (r x (h + h) on q and on v, 4 layers), their gradients and AdamW moments: 4 + 4 + 8 B each in
+    # fp32, 2 + 2 + 4 B in bf16
+    adapters = 4 * 2 * 8 * (64 + 64)
+    big, small = (rank_terms(config(**kw, lora_dtype=d)).columns for d in ("fp32", "compute"))
+    assert big.weight_bytes - small.weight_bytes == 2 * adapters
+    assert big.grad_bytes - small.grad_bytes == 2 * adapters
+    assert big.optimizer_bytes - small.optimizer_bytes == 4 * adapters
+
+
 def test_held_outputs_never_lower_the_peak_and_add_the_last_graph_to_forward():
     kw = {**QLORA, "precision": "bf16", "lora_targets": "qv", "quant_saves_input": True, "vocab": 32000}
     plain, held = (peak(config(**kw, outputs_held=h), rank_terms(config(**kw, outputs_held=h))) for h in (False, True))

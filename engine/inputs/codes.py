@@ -78,6 +78,11 @@ class LoraTargets(IntEnum):
     ALL_LINEAR = 2
 
 
+class LoraDtype(IntEnum):
+    FP32 = 0  # adapters, their gradients and optimizer states in fp32 over a 16-bit base (peft >= 0.11)
+    COMPUTE = 1  # adapters in the base's 16-bit dtype (torchtune, LitGPT, peft before 0.11)
+
+
 class Quant(IntEnum):
     NONE = 0
     INT8 = 1

@@ -41,6 +41,7 @@ METHOD_FIELDS = [
     Field("lora_targets", codes.LoraTargets, codes.LoraTargets.ALL_LINEAR, "adapted linear layers"),
     Field("base_quant", codes.Quant, codes.Quant.NONE, "frozen base weights quantized (nf4: with double quantization, 4.127 bits; nf4_nodq: without, 4.5 bits)"),
     Field("lora_dropout", "float", 0.0, "dropout on each LoRA adapter's input (peft and LitGPT lora_dropout): a 1-byte mask and a dropped copy per adapter", low=0.0, high=0.99),
+    Field("lora_dtype", codes.LoraDtype, codes.LoraDtype.FP32, "with precision bf16 or fp16 (a pure 16-bit base): the LoRA adapters' dtype. fp32: the adapters, their gradients and optimizer states in fp32, each adapter's input cast to fp32 (peft since 0.11, get_peft_model's autocast_adapter_dtype=True, peft #1706); compute: the adapters in the base's 16-bit dtype, no cast (torchtune's LoRALinear, LitGPT's bf16-true, peft before 0.11 and autocast_adapter_dtype=False). Under amp_* and fp32 the adapters train as the precision says"),
     Field("offload", codes.Offload, codes.Offload.NONE, "states offloaded to host RAM"),
     Field("paged", "bool", False, "paged optimizer (bitsandbytes): states may spill to host"),
     Field("capacity_factor", "float", 1.0, "MoE expert capacity / the average load (1.0: dropless, average routing)", low=0.01, high=1024.0),

@@ -36,7 +36,7 @@ from engine.inputs.codes import (
     Quant,
 )
 from engine.model.common import ceil_div, formula
-from engine.model.states import compute_bytes, torchao_fp8
+from engine.model.states import compute_bytes, fp32_adapters, pure_half, torchao_fp8
 
 
 @formula
@@ -134,15 +134,33 @@ def input_copies(c, separate, targets, adapters):
         return 0
     if c.precision == Precision.FP32:
         return 4
-    n = 1 if c.fused_projections else adapters
-    return n * (2 if autocast(c) else 4)
+    # adapters in the base's dtype take x as it is: one tensor for the group, unless each drops its own copy
+    shared = not autocast(c) and not adapter_casts_input(c) and c.lora_dropout == 0.0
+    n = 1 if c.fused_projections or shared else adapters
+    return n * adapter_input_bytes(c)
+
+
+@formula
+def adapter_casts_input(c):
+    """LoRA adapters in fp32 over 16-bit inputs outside autocast: each adapted linear casts x to the adapters'
+    dtype (peft lora/layer.py _cast_input_dtype). Not with lora_dtype = compute over a pure 16-bit base (the
+    adapters are 16-bit too: fp32_adapters), nor under autocast (the matmuls run in 16 bits) or in fp32."""
+    if c.lora_rank == 0 or autocast(c) or c.precision == Precision.FP32:
+        return False
+    return fp32_adapters(c) or not pure_half(c)
+
+
+@formula
+def adapter_input_bytes(c):
+    """Element size of what a LoRA adapter saves (its input, its r-wide lora_A output): fp32 where it casts its
+    input (adapter_casts_input), else the compute dtype."""
+    return 4 if adapter_casts_input(c) else compute_bytes(c)
 
 
 @formula
 def cast_for_adapter(c, targets):
-    """A LoRA adapter on the group saves an fp32 copy of its input, not the input: peft keeps adapters in fp32 over
-    a 16-bit base and, outside autocast, casts x to them (lora/layer.py _cast_input_dtype)."""
-    return c.lora_rank > 0 and adapted(c, targets) and not autocast(c) and c.precision != Precision.FP32
+    """A LoRA adapter on the group saves an fp32 copy of its input, not the input (adapter_casts_input)."""
+    return adapted(c, targets) and adapter_casts_input(c)
 
 
 @formula
@@ -178,11 +196,11 @@ def adapters_per_layer(c):
 @formula
 def lora_rank_bytes_per_token(c):
     """Each adapter's r-wide lora_A output, saved by lora_B for its weight gradient (Hu et al. 2021, sec. 4.1: B·A·x),
-    in the adapters' dtype: fp32 over a 16-bit base (peft's autocast_adapter_dtype), 16-bit under autocast."""
+    in the adapters' dtype (adapter_input_bytes): fp32 where peft casts, 16-bit under autocast or with 16-bit
+    adapters."""
     if c.lora_rank == 0:
         return 0
-    b = 4 if c.precision == Precision.FP32 or not autocast(c) else compute_bytes(c)
-    return adapters_per_layer(c) * c.lora_rank * b
+    return adapters_per_layer(c) * c.lora_rank * adapter_input_bytes(c)
 
 
 @formula
@@ -198,8 +216,8 @@ def quant_kept(c):
 def adapter_shares_input(c, targets):
     """Whether the LoRA adapter of a group saves the group's 16-bit input itself: adapted, no LoRA dropout, and
     no cast in between (under autocast peft passes x as is and autocast leaves a 16-bit x uncast; over a 16-bit
-    base without autocast peft casts x to its fp32 adapters: lora/bnb.py _cast_input_dtype)."""
-    return adapted(c, targets) and c.lora_dropout == 0.0 and (autocast(c) or c.precision == Precision.FP32)
+    base without autocast peft casts x to fp32 adapters: lora/bnb.py _cast_input_dtype, adapter_casts_input)."""
+    return adapted(c, targets) and c.lora_dropout == 0.0 and not adapter_casts_input(c)
 
 
 @formula
@@ -267,7 +285,7 @@ def lora_dropout_split_bytes_per_token(c):
     if c.lora_rank == 0 or c.lora_dropout == 0.0:
         return 0
     e, ad = compute_bytes(c), c.n_heads * c.head_dim
-    shared = autocast(c) or c.precision == Precision.FP32
+    shared = not adapter_casts_input(c)
     total = 0
     if adapted(c, LoraTargets.ATTN):
         total += ad + (e * ad if shared and (c.attention == Attn.FLASH or quant_kept(c)) else 0)

@@ -30,7 +30,7 @@ from engine.catalogs.conventions import (
     OPTIMIZER_STATES,
     OPTIMIZER_TRAINS,
 )
-from engine.inputs.codes import FFN, Offload, Precision, Quant
+from engine.inputs.codes import FFN, LoraDtype, Offload, Precision, Quant
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims, head_dim, kv_heads
 from engine.model.split import (
@@ -73,17 +73,40 @@ def weight_bytes_per_param(c):
 
 
 @formula
+def pure_half(c):
+    """Everything in half precision: bf16 or fp16, no fp32 master (precision = bf16 / fp16)."""
+    return c.precision == Precision.BF16 or c.precision == Precision.FP16
+
+
+@formula
+def fp32_adapters(c):
+    """LoRA adapters kept in fp32 over a pure 16-bit base (lora_dtype = fp32): peft since 0.11 upcasts them
+    (get_peft_model's autocast_adapter_dtype=True, LoraModel._cast_adapter_dtype, peft #1706), so their gradients
+    and optimizer moments are fp32 too, and each adapted linear casts its input to fp32 (lora/layer.py
+    _cast_input_dtype). Measured: data/measured/qlora.csv (every peft row; the lora_compute_dtype family without)."""
+    return c.lora_rank > 0 and c.lora_dtype == LoraDtype.FP32 and pure_half(c)
+
+
+@formula
+def adapter_weight_bytes_per_param(c):
+    """Element size of a trainable LoRA adapter weight: fp32 adapters, or as the precision keeps trainable weights."""
+    return 4 if fp32_adapters(c) else weight_bytes_per_param(c)
+
+
+@formula
 def grad_bytes_per_param(c):
-    """Gradient element size: Megatron accumulates fp32 main grads, DeepSpeed fp16/bf16 grads."""
+    """Gradient element size: Megatron accumulates fp32 main grads, DeepSpeed fp16/bf16 grads; fp32 LoRA adapters
+    have fp32 gradients."""
     if is_amp(c):
         return FRAMEWORK_AMP_GRAD_BYTES[c.framework]
-    return 4 if c.precision == Precision.FP32 else 2
+    return 4 if c.precision == Precision.FP32 or fp32_adapters(c) else 2
 
 
 @formula
 def state_bytes(c):
-    """Element size of optimizer moments: fp32, except for pure bf16/fp16 where they follow the params."""
-    return 2 if c.precision == Precision.BF16 or c.precision == Precision.FP16 else 4
+    """Element size of optimizer moments: fp32, except for pure bf16/fp16 where they follow the params (fp32
+    LoRA adapters included)."""
+    return 2 if pure_half(c) and not fp32_adapters(c) else 4
 
 
 @formula
@@ -161,7 +184,7 @@ def trainable_weight_bytes(c):
     """Weights that train: every parameter, split into non-expert and expert ZeRO groups."""
     b = weight_bytes_per_param(c)
     if frozen(c):
-        return sharded(c, b * lora_params_per_gpu(c), weight_shard_stage(c), False)
+        return sharded(c, adapter_weight_bytes_per_param(c) * lora_params_per_gpu(c), weight_shard_stage(c), False)
     dense = sharded(c, b * nonexpert_params_per_gpu(c), weight_shard_stage(c), False)
     return dense + sharded(c, b * expert_params_per_gpu(c), weight_shard_stage(c), True)
 

@@ -190,7 +190,7 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
 
             replace_linears(model, transformer_blocks(model), c, dtype)
         if c["lora_rank"] > 0:
-            model = _add_lora(model, c, arch)
+            model = _add_lora(model, c, arch, dtype)
     except UserError:
         raise
     except Exception as e:  # transformers/peft reject the dims: report, do not crash
@@ -200,13 +200,25 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     return model
 
 
-def _add_lora(model: torch.nn.Module, c: dict, arch: str) -> torch.nn.Module:
-    """Wrap ``model`` with peft LoRA adapters of rank ``lora_rank`` on ``lora_targets``; base frozen."""
+def _add_lora(model: torch.nn.Module, c: dict, arch: str, dtype: torch.dtype) -> torch.nn.Module:
+    """Wrap ``model`` with peft LoRA adapters of rank ``lora_rank`` on ``lora_targets``; base frozen.
+
+    ``lora_dtype``: fp32 is peft's default (``autocast_adapter_dtype=True`` keeps the adapters in fp32 over a 16-bit
+    base); compute passes False and gives the adapters the model's ``dtype``, as peft does by moving them to the base
+    layer's dtype (lora/layer.py ``_move_adapter_to_device_of_base_layer``), a move it skips for adapters built on
+    the meta device."""
     from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
 
     cfg = LoraConfig(r=c["lora_rank"], lora_alpha=2 * c["lora_rank"], lora_dropout=c.get("lora_dropout", 0.0), bias="none",
                      target_modules=LORA_TARGETS[arch][c["lora_targets"]], fan_in_fan_out=arch == "gpt2")
-    return get_peft_model(model, cfg)
+    fp32_adapters = c.get("lora_dtype", "fp32") == "fp32"
+    model = get_peft_model(model, cfg, autocast_adapter_dtype=fp32_adapters)
+    if not fp32_adapters:
+        for layer in (m for m in model.modules() if isinstance(m, LoraLayer)):
+            layer.lora_A.to(dtype)
+            layer.lora_B.to(dtype)
+    return model
 
 
 def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -18,10 +18,11 @@ from engine.checks.measure.reference_set import MODELS
 from engine.errors import UserError
 
 # inputs beside reference_set's CONFIG_COLUMNS
-SETTINGS = ["lora_dropout", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]
+SETTINGS = ["lora_dropout", "lora_dtype", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]
 Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
 QV16, ALL64 = {"lora_rank": 16, "lora_targets": "qv"}, {"lora_rank": 64, "lora_targets": "all_linear"}
 FSDP = {"framework": "fsdp", "zero_stage": 3}
+ADAPTERS16 = {"lora_dtype": "compute"}
 
 # family -> [(model, seq_len, micro_batch, precision, fields)]; AdamW, flash attention throughout
 FAMILY_CASES = {
@@ -64,6 +65,15 @@ FAMILY_CASES = {
                                                   "lora_dropout": 0.05}),
         ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, "quant_lm_head": True}),
     ],
+    "lora_compute_dtype": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **ADAPTERS16}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, **ADAPTERS16}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **ADAPTERS16, "lora_dropout": 0.05}),
+        ("llama-3.2-1b-like", 4096, 1, "bf16", {**QV16, **Q, **ADAPTERS16, "checkpointing": "full"}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, **ADAPTERS16, "lora_dropout": 0.1, "checkpointing": "full",
+                                              "shifted_logits": True, "outputs_held": True}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, **ADAPTERS16, "lora_dropout": 0.1, "n_gpus": 2}),
+    ],
     "lora_ddp": [
         ("llama-400m-like", 2048, 2, "bf16", {**QV16, "n_gpus": 2}),
         ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, "n_gpus": 4}),
@@ -88,6 +98,7 @@ def case_id(family: str, model: str, seq: int, mb: int, precision: str, f: dict)
     parts += [f["base_quant"]] if f.get("base_quant") else []
     parts += ["kept-input"] if f.get("quant_saves_input") else []
     parts += [f"drop{f['lora_dropout']}"] if f.get("lora_dropout") else []
+    parts += ["adapters16"] if f.get("lora_dtype") == "compute" else []
     parts += ["held"] if f.get("outputs_held") else []
     parts += ["shifted"] if f.get("shifted_logits") else []
     parts += ["qhead"] if f.get("quant_lm_head") else []
