@@ -155,6 +155,24 @@ def test_peak_phase_is_optimizer_for_tiny_activations():
     assert peak(c, rank_terms(c)).phase == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states
 
 
+def test_an_evaluation_forward_holds_the_states_and_its_loss_by_hand():
+    # bf16 Llama, 2 layers, h 256, V 32000: an evaluation of 16 x 512 tokens after the step holds the weights and
+    # AdamW moments (the gradients are gone), the 16-bit logits, their fp32 upcast and the fp32 log-probs (10 B per
+    # token and entry) and the final hidden states (2 B x h per token); nothing saved for backward
+    c = config(**TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, precision="bf16", micro_batch=1, eval_micro_batch=16)
+    r = rank_terms(c)
+    p = peak(c, r)
+    tokens = 16 * 512
+    assert p.phase == 3 and p.activation_bytes == 0 and not p.grads_live  # Phase.EVAL
+    states = r.columns.weight_bytes + r.columns.optimizer_bytes
+    assert p.allocated_bytes == states + tokens * (10 * 32000 + 2 * 256)
+    # an evaluation smaller than the step leaves the step's peak where it was
+    small = config(**{**TINY_LLAMA, "seq_len": 512}, d_model=256, n_heads=4, d_ff=704, precision="bf16", micro_batch=4,
+                   eval_micro_batch=1)
+    plain = config(**TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, precision="bf16", micro_batch=4)
+    assert peak(small, rank_terms(small)) == peak(plain, rank_terms(plain))
+
+
 def test_moe_capacity_factor_scales_the_routed_expert_activations():
     # Switch eq. 3: buffers sized to capacity_factor x the average load; the attention part does not change.
     kw = dict(model="mixtral-8x7b", n_gpus=8, ep=8, seq_len=1024)

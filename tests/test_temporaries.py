@@ -22,6 +22,7 @@ AXES = {
     "loop": [{}, {"outputs_held": True}, {"optimizer_in_backward": True}, {"activation_offload": True},
              {"zero_grad": "zeros"}],
     "micro_batch": [1, 4],
+    "eval_micro_batch": [0, 0, 16],
     "seq_len": [1024, 4096],
 }
 

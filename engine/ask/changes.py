@@ -19,6 +19,9 @@ def variants(case: dict, rec) -> list[tuple[str, dict]]:
     if rec.micro_batch > 1:
         mb = rec.micro_batch // 2
         out.append((f"micro-batch {mb} (grad_accum x2 keeps the batch)", {"micro_batch": mb, "grad_accum": rec.grad_accum * 2}))
+    if rec.eval_micro_batch > 1:
+        emb = rec.eval_micro_batch // 2
+        out.append((f"evaluation micro-batch {emb} (per_device_eval_batch_size)", {"eval_micro_batch": emb}))
     if rec.dp % 2 == 0:
         out.append((f"tensor parallel {rec.tp * 2} on the same GPUs", {"tp": rec.tp * 2, "dp": rec.dp // 2}))
     if rec.tp > 1 and not rec.sp:

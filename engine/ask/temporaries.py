@@ -10,11 +10,13 @@ tests) comes back as one "temporaries" part.
 
 from engine.inputs.codes import Phase
 from engine.model.common import ceil_div
+from engine.model.evaluation import eval_cast_bytes, eval_layer_bytes, eval_loss_bytes, evaluates
 from engine.model.held import held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.peak import (
     buckets_bytes,
     embedding_grad_temp_bytes,
+    eval_grads_live,
     forward_cast_bytes,
     grads_live_in_forward,
     saved_cast_bytes,
@@ -47,6 +49,10 @@ SOURCES = {
     "tied-embedding gradient sum": "the tied embedding's two gradients summed (temporaries.py)",
     "optimizer step buffers": "the optimizer step's own buffers: foreach copies, fp32 upcasts (temporaries.py)",
     "next group gathered": "FSDP's next group gathered while a block reduce-scatters (sharding.py)",
+    "evaluation loss": "an evaluation forward's logits, their fp32 upcast and log-probs, and the final hidden states "
+                       "for eval_micro_batch samples (evaluation.py eval_loss_bytes)",
+    "evaluation layer": "one layer's forward during evaluation, bounded by what it keeps for backward in training "
+                        "(evaluation.py eval_layer_bytes)",
     "temporaries": "peak.py stage_peak (not itemized: tests/test_temporaries.py says where this happens)",
 }
 
@@ -101,6 +107,15 @@ def optimizer_parts(c, r, rank, last):
             ("held logits and graph", held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank)))]
 
 
+def eval_parts(c, r, rank, last):
+    """An evaluation forward between steps (peak.eval_peak)."""
+    layer, loss = eval_layer_bytes(c, r), eval_loss_bytes(c) if last else 0
+    work = ("evaluation loss", loss) if loss >= layer else ("evaluation layer", layer)
+    return [("autocast weight casts", stage_share(c, r, rank, eval_cast_bytes(c, r))),
+            ("gathered/dequantized weights", r.gather_bytes),
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, eval_grads_live(c)))), work]
+
+
 def candidates(c, r, rank):
     """(phase, parts) of every peak stage_peak weighs for pipeline rank `rank`."""
     last, g = rank == c.pp - 1, grads_live_in_forward(c, rank)
@@ -119,6 +134,8 @@ def candidates(c, r, rank):
             found.append((Phase.BACKWARD, [("reduce-scatter buffers", r.reduce_bytes),
                                            ("next group gathered", next_group_gather_bytes(c, r)),
                                            ("pipeline receive buffers", recv_buffer_bytes(c, rank))]))
+    if evaluates(c):
+        found.append((Phase.EVAL, eval_parts(c, r, rank, last)))
     return found
 
 

@@ -130,6 +130,7 @@ class Phase(IntEnum):
     FORWARD = 0
     BACKWARD = 1
     OPTIMIZER = 2
+    EVAL = 3  # an evaluation forward between optimizer steps (eval_micro_batch)
 
 
 class Component(IntEnum):

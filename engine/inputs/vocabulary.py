@@ -28,6 +28,7 @@ WORKLOAD_FIELDS = [
     Field("seq_len", "int", 2048, "tokens per sample", low=1, high=2**31),
     Field("micro_batch", "int", 1, "samples per GPU per forward pass", low=1, high=2**20),
     Field("grad_accum", "int", 1, "micro-batches per optimizer step (with pp: per pipeline flush)", low=1, high=2**20),
+    Field("eval_micro_batch", "int", 0, "samples per GPU per evaluation forward, run between optimizer steps over seq_len tokens each (the HF Trainer's per_device_eval_batch_size, 8 by default, whenever eval_strategy is set); 0: no evaluation", low=0, high=2**20),
 ]
 
 METHOD_FIELDS = [

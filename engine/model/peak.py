@@ -17,6 +17,7 @@ from typing import NamedTuple
 from engine.catalogs.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
+from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
@@ -224,7 +225,36 @@ def stage_peak(c, r, rank):
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
+    if evaluates(c):
+        evaluation = eval_peak(c, r, rank, last)
+        if evaluation.allocated_bytes > best.allocated_bytes:
+            best = evaluation
     return best
+
+
+@formula
+def eval_grads_live(c):
+    """Gradients outlive the step into an evaluation only when zeroed in place (the Trainer's model.zero_grad()
+    sets them to None otherwise)."""
+    return c.zero_grad == ZeroGrad.ZEROS
+
+
+@formula
+def eval_temp_bytes(c, r, rank, last):
+    """An evaluation forward's transient buffers (evaluation.py): autocast's casts, the gathered groups, the
+    gradient buckets DDP never frees, and the larger of one layer's forward and the loss's."""
+    casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
+    buckets = stage_share(c, r, rank, buckets_bytes(c, r, eval_grads_live(c)))
+    return casts + r.gather_bytes + buckets + eval_work_bytes(c, r, last)
+
+
+@formula
+def eval_peak(c, r, rank, last):
+    """An evaluation forward between optimizer steps: the persistent states, no activation kept."""
+    g = eval_grads_live(c)
+    live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
+    t = eval_temp_bytes(c, r, rank, last)
+    return Peak(live + t, Phase.EVAL.value, 0, t, g)
 
 
 @formula

@@ -25,7 +25,7 @@ from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log
 from engine.checks.measure.tracker import Alloc, LiveBytes, rounded_bytes
 
 ALLOCATOR_CONFIGS = {"caching": AllocatorConfig(), "expandable": EXPANDABLE}  # the `allocator` input's values
-PHASE_OF = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "zero_grad": "optimizer"}
+PHASE_OF = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "zero_grad": "optimizer", "eval": "eval"}
 
 
 def _counted(lb: LiveBytes) -> list[Alloc]:

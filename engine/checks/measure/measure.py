@@ -59,6 +59,8 @@ def measure_case(case: dict, device: str = "fake") -> dict:
         raise UserError(f"unknown measure device {device!r}; accepted: {', '.join(MEASURE_DEVICE)}")
     c = resolve(case)
     if parallel.needs_world(c):
+        if c["eval_micro_batch"] > 0:
+            raise UserError("eval_micro_batch is measured on one GPU: the simulated world's step runs no evaluation")
         if device != "fake":
             raise UserError(f"multi-GPU layouts and experts are measured on device='fake' (one rank of a simulated "
                             f"world), not {device!r}")

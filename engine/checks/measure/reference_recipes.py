@@ -16,10 +16,10 @@ from __future__ import annotations
 from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS, MODELS
 
 RECIPE_COLUMNS = ["optimizer_impl", "optimizer_in_backward", "loss_impl", "loss_chunks", "checkpoint_every",
-                  "activation_offload", "compile", "zero_grad"]
+                  "activation_offload", "compile", "zero_grad", "eval_micro_batch"]
 RECIPE_DEFAULTS = {"optimizer_impl": "foreach", "optimizer_in_backward": False, "loss_impl": "standard",
                    "loss_chunks": 8, "checkpoint_every": 1, "activation_offload": False, "compile": False,
-                   "zero_grad": "none", "checkpointing": "none"}
+                   "zero_grad": "none", "checkpointing": "none", "eval_micro_batch": 0}
 HOST_COLUMN = "measured_host_peak_bytes"
 RECIPE_SET_COLUMNS = ["case_id", "knob", *CONFIG_COLUMNS, *RECIPE_COLUMNS, *MEASURED_COLUMNS[:-4], HOST_COLUMN,
                       *MEASURED_COLUMNS[-4:], "torchao_version"]
@@ -112,6 +112,17 @@ KNOB_CASES = {
         ("llama-3.2-1b-like", 2048, 1, "amp_bf16", "adamw", "flash", {**CKPT, "zero_grad": "zeros"}),
         ("qwen2.5-0.5b-like", 2048, 1, "bf16", "adamw", "flash", {"zero_grad": "zeros", "grad_accum": 2}),
     ],
+    # an evaluation forward after each step (train.evaluate, the HF Trainer's order), larger than the step or not
+    "eval": [
+        ("llama-400m-like", 2048, 2, "bf16", "adamw", "flash", {"eval_micro_batch": 16}),
+        ("llama-400m-like", 2048, 2, "amp_bf16", "adamw", "flash", {"eval_micro_batch": 16}),
+        ("llama-400m-like", 2048, 2, "bf16", "adamw", "flash", {"eval_micro_batch": 16, "lora_rank": 16,
+                                                                "lora_targets": "qv"}),
+        ("gpt2-124m", 1024, 4, "amp_bf16", "adamw", "eager", {"eval_micro_batch": 16}),
+        ("qwen2.5-0.5b-like", 2048, 1, "bf16", "adamw", "flash", {"eval_micro_batch": 8, "zero_grad": "zeros"}),
+        ("llama-3.2-1b-like", 4096, 1, "amp_bf16", "adamw", "flash", {**CKPT, "eval_micro_batch": 8}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", "adamw", "flash", {"eval_micro_batch": 2}),
+    ],
     # precision fp8 (torchao Float8Linear, torchtitan's rowwise recipe) beside amp_bf16, the same model otherwise
     "fp8": [
         ("llama-400m-like", 2048, 2, "fp8", "adamw", "flash", {}),
@@ -141,6 +152,8 @@ KNOB_TAGS = {  # field -> case-id suffix
     "activation_offload": {True: "offload"},
     "zero_grad": {"zeros": "zeros"},
     "grad_accum": lambda v: f"ga{v}",
+    "eval_micro_batch": lambda v: f"eval{v}",
+    "lora_rank": lambda v: f"lora{v}",
 }
 
 

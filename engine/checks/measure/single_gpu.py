@@ -93,7 +93,7 @@ def roles(lb: LiveBytes, model: torch.nn.Module, opt) -> dict[str, set[int]]:
     """Record ids per role: weights, grads (``.grad`` now), optimizer state, autocast weight casts."""
     ids = lambda ts: {id(r) for r in map(lb.record_of, ts) if r is not None}
     weights = ids([*model.parameters(), *model.buffers()])
-    grads = ids([p.grad for p in model.parameters() if p.grad is not None])
+    grads = getattr(lb, "grad_records", None) or ids([p.grad for p in model.parameters() if p.grad is not None])
     casts = {id(r) for r in lb.records  # autocast's casts (forward, or a checkpoint recompute in backward)
              if r.op == "_to_copy" and r.phase != "optimizer" and r.src is not None and id(r.src) in weights}
     return {"weights": weights, "grads": grads, "optimizer": ids(state_tensors(opt)), "weight_casts": casts}

@@ -134,7 +134,29 @@ def train_step(model, opt, c: dict, lb, device: str, on_step_start=None) -> None
     lb.phase = "optimizer"
     if opt is not None and not recipe_optim.in_backward(opt):
         opt.step()
+    if c["eval_micro_batch"] > 0:
+        evaluate(model, opt, c, lb, device)
     lb.mark(f"end{lb.step}")
+
+
+def evaluate(model, opt, c: dict, lb, device: str) -> None:
+    """An evaluation forward after the optimizer step, as the HF Trainer runs one (Trainer._inner_training_loop:
+    ``model.zero_grad()`` after ``optimizer.step()``, then ``_maybe_log_save_evaluate`` -> ``evaluation_loop`` ->
+    ``prediction_step``: ``model.eval()``, ``torch.no_grad()``, the loss context (autocast under amp), a forward
+    with labels over ``eval_micro_batch`` samples). The gradients' records are noted first (``roles`` reads them)."""
+    lb.mark(f"eval{lb.step}")
+    lb.grad_records = {id(r) for r in (lb.record_of(p.grad) for p in model.parameters() if p.grad is not None) if r}
+    lb.phase = "eval"
+    set_to_none = c["zero_grad"] == "none"
+    if opt is not None:
+        opt.zero_grad(set_to_none=set_to_none)
+    else:
+        model.zero_grad(set_to_none=set_to_none)
+    model.eval()
+    ids = torch.randint(0, c["vocab"], (c["eval_micro_batch"], c["seq_len"]), device=device)
+    with torch.no_grad(), autocast_context(c["precision"], device.split(":")[0]):
+        _forward_loss(model, ids, c)
+    model.train()
 
 
 def host_state_tensors(opt: torch.optim.Optimizer | None) -> list[torch.Tensor]:
