@@ -23,6 +23,7 @@ from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
 from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
+from engine.model.evaluation import eval_segment_bytes
 from engine.model.overhead import allocator_slack_bytes
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
@@ -69,6 +70,9 @@ SLACK_SOURCES = {
     "loss-sized block cut up": "one more block of the loss's largest size, whose freed segment smaller blocks "
                                "settle in between micro-steps (overhead.py allocator_slack_bytes, "
                                "loss.loss_block_bytes; the replayed traces, PARALLEL.md)",
+    "training step's cache": "the training step's cached segments, kept while the evaluation's "
+                                                 "larger loss blocks take segments of their own (levels.step_terms, "
+                                                 "evaluation.eval_segment_bytes; RECIPES.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
@@ -82,6 +86,8 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     default_stream = slack - streams  # the larger of the churn's share and one loss-sized block
     churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0)
     cause = "rounding and fragmentation" if default_stream <= churn else "loss-sized block cut up"
+    if eval_segment_bytes(rec) > 0 and default_stream > churn:
+        cause = "training step's cache"
     return [(name, size) for name, size in ((cause, default_stream), ("FSDP stream pools", streams)) if size > 0]
 
 

@@ -141,7 +141,7 @@ def candidates(c, r, rank):
 
 def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
-    peaks = [(stage_peak(c, r, rank), rank) for rank in dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))]
+    peaks = [(stage_peak(c, r, rank, True), rank) for rank in dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))]
     best, rank = peaks[0]
     for p, k in peaks[1:]:
         if p.allocated_bytes > best.allocated_bytes:

@@ -114,7 +114,7 @@ def measured_stage(result: dict, row: dict):
     rank = int(row.get("rank") or 0)
     if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
         return None
-    first, middle, last = stage_peaks(record, rank_terms(record))
+    first, middle, last = stage_peaks(record, rank_terms(record), True)
     is_last = rank == record.n_gpus - 1
     return (first if rank == 0 else last if is_last else middle), is_last
 

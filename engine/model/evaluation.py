@@ -62,3 +62,13 @@ def eval_cast_bytes(c, r):
     """autocast's weight casts during evaluation: a trained model's, as in its training forward (r.cast_bytes). A
     LoRA base is frozen, so autocast caches none of it (the fp32 adapters' few casts are left out)."""
     return r.cast_bytes if c.lora_rank == 0 else 0
+
+
+@formula
+def eval_segment_bytes(c):
+    """What an evaluation adds to the caching allocator's reserve: its loss blocks, eval_micro_batch / micro_batch
+    times the training loss's, fit no block the training step cached, so each takes a segment of its own, and the
+    training step's segments stay cached beside them (traced evaluations replayed: data/measured/RECIPES.md)."""
+    if c.eval_micro_batch <= c.micro_batch:
+        return 0
+    return eval_scaled(c, loss_forward_bytes(c))

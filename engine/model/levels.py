@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.inputs.codes import Allocator, Component, Invalid
+from engine.inputs.codes import Allocator, Component, Invalid, Phase
 from engine.inputs.outputs import level_fields
 from engine.model.activations import (
     has_dropout,
@@ -31,6 +31,7 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import formula
+from engine.model.evaluation import eval_segment_bytes, evaluates
 from engine.model.compiled import (
     compiled_replicated_bytes_per_token,
     compiled_scores_bytes_per_key,
@@ -206,6 +207,16 @@ def stage_slack_bytes(r, p, block):
 
 
 @formula
+def reserve_slack_bytes(r, p, holds_loss, last, block):
+    """reserved - allocated at the peak `p` of the most loaded rank, or more where the last stage, less loaded,
+    reserves more: the loss block is its own."""
+    slack = stage_slack_bytes(r, p, block if holds_loss else 0)
+    if not holds_loss and block > 0:
+        slack = max(slack, last.allocated_bytes + stage_slack_bytes(r, last, block) - p.allocated_bytes)
+    return slack
+
+
+@formula
 def step_terms(c, r):
     """The peak of one training step: what is live at the high-water mark of forward, backward or the
     optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
@@ -217,12 +228,16 @@ def step_terms(c, r):
                               allocated_peak_bytes=NULL, reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL,
                               peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, False, NO_WORK, NULL, NULL)
-    p, holds_loss, last = peak_of_ranks(c, r)
+    p, holds_loss, last = peak_of_ranks(c, r, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
-    slack = stage_slack_bytes(r, p, block if holds_loss else 0)
-    if not holds_loss and block > 0:  # the last stage, less loaded, may still reserve more: the loss block is its own
-        slack = max(slack, last.allocated_bytes + stage_slack_bytes(r, last, block) - p.allocated_bytes)
+    slack = reserve_slack_bytes(r, p, holds_loss, last, block)
+    if evaluates(c) and block > 0:  # the step's segments stay cached beside the evaluation's own, whichever peaks
+        step_reserved = p.allocated_bytes + slack
+        if p.phase == Phase.EVAL.value:
+            step, step_holds_loss, step_last = peak_of_ranks(c, r, False)
+            step_reserved = step.allocated_bytes + reserve_slack_bytes(r, step, step_holds_loss, step_last, block)
+        slack = max(slack, step_reserved + eval_segment_bytes(c) - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,

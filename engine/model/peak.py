@@ -167,9 +167,10 @@ def backward_temp_bytes(c, r, rank, last):
 
 
 @formula
-def stage_peak(c, r, rank):
+def stage_peak(c, r, rank, with_eval):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
-    p = 1): its states, the activations it keeps in flight, its receive buffers."""
+    p = 1): its states, the activations it keeps in flight, its receive buffers; and `with_eval`, the evaluation
+    forward between steps (eval_micro_batch)."""
     last = rank == c.pp - 1
     acts = stage_activation_bytes(c, r, rank, 0)
     kept = recv_buffer_bytes(c, rank)
@@ -225,7 +226,7 @@ def stage_peak(c, r, rank):
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
-    if evaluates(c):
+    if with_eval and evaluates(c):
         evaluation = eval_peak(c, r, rank, last)
         if evaluation.allocated_bytes > best.allocated_bytes:
             best = evaluation
@@ -258,21 +259,22 @@ def eval_peak(c, r, rank, last):
 
 
 @formula
-def stage_peaks(c, r):
+def stage_peaks(c, r, with_eval):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
     p = 1)."""
     first_rank, middle_rank, last_rank = stage_ranks(c)
-    first = stage_peak(c, r, first_rank)
+    first = stage_peak(c, r, first_rank, with_eval)
     if c.pp == 1:
         return first, first, first
-    return first, stage_peak(c, r, middle_rank), stage_peak(c, r, last_rank)
+    return first, stage_peak(c, r, middle_rank, with_eval), stage_peak(c, r, last_rank, with_eval)
 
 
 @formula
-def peak_of_ranks(c, r):
-    """The peak of one training step on the most loaded pipeline rank, whether that rank is the last stage (the
-    one with the LM head and the loss), and the last stage's peak (the same when p = 1)."""
-    first, middle, last = stage_peaks(c, r)
+def peak_of_ranks(c, r, with_eval):
+    """The peak of one training step (and `with_eval`, of the evaluations between steps) on the most loaded
+    pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
+    stage's peak (the same when p = 1)."""
+    first, middle, last = stage_peaks(c, r, with_eval)
     best, holds_loss = first, c.pp == 1
     if middle.allocated_bytes > best.allocated_bytes:
         best = middle
@@ -283,5 +285,5 @@ def peak_of_ranks(c, r):
 
 @formula
 def peak(c, r):
-    """The peak of one training step on the most loaded pipeline rank."""
-    return peak_of_ranks(c, r)[0]
+    """The peak of a run's steps and evaluations on the most loaded pipeline rank."""
+    return peak_of_ranks(c, r, True)[0]
