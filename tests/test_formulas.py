@@ -5,7 +5,7 @@ import pytest
 from engine.inputs.codes import Invalid
 from engine.model.levels import rank_terms
 from engine.model.params import param_count
-from engine.model.peak import peak
+from engine.model.peak import buckets_bytes, grads_live_in_forward, peak
 from engine.model.split import rank_layers
 from engine.model.stage import layer_activation_bytes
 from engine.model.states import (
@@ -171,6 +171,20 @@ def test_an_evaluation_forward_holds_the_states_and_its_loss_by_hand():
                    eval_micro_batch=1)
     plain = config(**TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, precision="bf16", micro_batch=4)
     assert peak(small, rank_terms(small)) == peak(plain, rank_terms(plain))
+
+
+def test_deepspeed_reduce_bucket_is_allocated_whole_and_zero3_keeps_its_gradients():
+    # DeepSpeed makes its reduce bucket reduce_bucket_size = 5e8 elements of the 16-bit dtype however small the model:
+    # ZeRO-1/2 as each backward begins, ZeRO-3 once; only ZeRO-3 keeps gradient buffers between steps (traced with
+    # DeepSpeed 0.19.8: data/measured/PARALLEL.md, "DeepSpeed's reduce bucket")
+    kw = dict(TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, framework="deepspeed", precision="amp_bf16", n_gpus=4)
+    for stage in (1, 2, 3):
+        c = config(**kw, zero_stage=stage)
+        r = rank_terms(c)
+        assert r.bucket_bytes == 2 * 500_000_000
+        assert grads_live_in_forward(c, 0) == (stage == 3)
+        assert buckets_bytes(c, r, False) == (r.bucket_bytes if stage == 3 else 0)  # forward, optimizer step
+        assert buckets_bytes(c, r, True) == r.bucket_bytes  # backward
 
 
 def test_moe_capacity_factor_scales_the_routed_expert_activations():

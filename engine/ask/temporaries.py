@@ -16,7 +16,6 @@ from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_for
 from engine.model.peak import (
     buckets_bytes,
     embedding_grad_temp_bytes,
-    eval_grads_live,
     forward_cast_bytes,
     grads_live_in_forward,
     saved_cast_bytes,
@@ -63,7 +62,7 @@ def forward_parts(c, r, rank, last, g):
              ("gathered/dequantized weights", r.gather_bytes)]
     if last:
         parts += [("logits and loss", loss_forward_bytes(c)), ("LM-head gradient", head_gradient_bytes(c))]
-    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, g))),
+    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
                     ("pipeline receive buffers", kept)]
 
 
@@ -85,7 +84,7 @@ def backward_parts(c, r, rank, last, g):
              ("reduce-scatter buffers", max(0, r.reduce_bytes - freed))]
     loss = [("loss backward", loss_prefetch_bytes(c, r) + loss_backward_bytes(c))] if last else []
     parts += layer if sum(b for _, b in layer) >= sum(b for _, b in loss) else loss
-    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, g))),
+    return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
                     ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
                     ("held logits and graph", held_logits_bytes(c, last))]
 
@@ -102,7 +101,7 @@ def end_of_backward_parts(c, r, rank, last):
 
 def optimizer_parts(c, r, rank, last):
     return [("optimizer step buffers", stage_share(c, r, rank, r.step_bytes)),
-            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
             ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
             ("held logits and graph", held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank)))]
 
@@ -113,7 +112,7 @@ def eval_parts(c, r, rank, last):
     work = ("evaluation loss", loss) if loss >= layer else ("evaluation layer", layer)
     return [("autocast weight casts", stage_share(c, r, rank, eval_cast_bytes(c, r))),
             ("gathered/dequantized weights", r.gather_bytes),
-            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, eval_grads_live(c)))), work]
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))), work]
 
 
 def candidates(c, r, rank):

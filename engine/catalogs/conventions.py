@@ -16,8 +16,8 @@ from engine.inputs.codes import Framework, Optimizer, OptimizerImpl, name_of
 
 OPTIMIZER_KEYS = {"source", "states", "state_bits", "block", "factored", "trains", "step"}
 STEP_KEYS = {"state_sized", "largest", "largest_fp32"}
-FRAMEWORK_KEYS = {"source", "amp_weight_bytes", "amp_grad_bytes", "amp_master_bytes", "fused_kernels", "grads_kept",
-                  "autocast_cache", "ddp_bucket_copy", "reduce_bucket", "torch_optimizer", "step_grad_fp32",
+FRAMEWORK_KEYS = {"source", "amp_weight_bytes", "amp_grad_bytes", "amp_master_bytes", "fused_kernels",
+                  "grads_kept_from_stage", "autocast_cache", "ddp_bucket_copy", "reduce_bucket", "torch_optimizer", "step_grad_fp32",
                   "tied_grad_copies", "fp8_torchao", "fsdp_gathers",
                   "dtensor_tp", "torch_pipelining"}
 
@@ -63,7 +63,7 @@ FRAMEWORK_AMP_WEIGHT_BYTES = column(FRAMEWORKS, "amp_weight_bytes", 4, np.int64)
 FRAMEWORK_AMP_GRAD_BYTES = column(FRAMEWORKS, "amp_grad_bytes", 4, np.int64)
 FRAMEWORK_AMP_MASTER_BYTES = column(FRAMEWORKS, "amp_master_bytes", 0, np.int64)
 FRAMEWORK_FUSED_KERNELS = column(FRAMEWORKS, "fused_kernels", False, np.bool_)
-FRAMEWORK_GRADS_KEPT = column(FRAMEWORKS, "grads_kept", False, np.bool_)
+FRAMEWORK_GRADS_KEPT_FROM_STAGE = column(FRAMEWORKS, "grads_kept_from_stage", 4, np.int64)
 FRAMEWORK_AUTOCAST_CACHE = column(FRAMEWORKS, "autocast_cache", False, np.bool_)
 FRAMEWORK_DDP_BUCKET_COPY = column(FRAMEWORKS, "ddp_bucket_copy", False, np.bool_)
 FRAMEWORK_REDUCE_BUCKET = column(FRAMEWORKS, "reduce_bucket", 0, np.int64)

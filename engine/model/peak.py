@@ -14,7 +14,11 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 
 from typing import NamedTuple
 
-from engine.catalogs.conventions import FRAMEWORK_DDP_BUCKET_COPY, FRAMEWORK_GRADS_KEPT, FRAMEWORK_TORCH_PIPELINING
+from engine.catalogs.conventions import (
+    FRAMEWORK_DDP_BUCKET_COPY,
+    FRAMEWORK_GRADS_KEPT_FROM_STAGE,
+    FRAMEWORK_TORCH_PIPELINING,
+)
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
@@ -52,7 +56,7 @@ def grads_live_in_forward(c, rank):
     state: fewer warmup micro-batches than the step has), not under GPipe, whose forwards all come first."""
     if c.optimizer_in_backward:
         return False
-    if FRAMEWORK_GRADS_KEPT[c.framework] or c.zero_grad == ZeroGrad.ZEROS:
+    if c.zero_stage >= FRAMEWORK_GRADS_KEPT_FROM_STAGE[c.framework] or c.zero_grad == ZeroGrad.ZEROS:
         return True
     if c.pp == 1:
         return c.grad_accum > 1
@@ -76,12 +80,13 @@ def states_bytes(r, with_grads):
 
 
 @formula
-def buckets_bytes(c, r, with_grads):
+def buckets_bytes(c, r, in_backward):
     """Gradient buckets: PyTorch DDP allocates its buckets when it is constructed and never frees them, so
     they are alive in every phase (data/measured/PARALLEL.md, ddp: every row is the single-GPU peak plus
-    P·grad_bytes); DeepSpeed's reduce bucket exists alongside the gradients."""
-    ddp = FRAMEWORK_DDP_BUCKET_COPY[c.framework] and c.zero_stage == 0
-    return r.bucket_bytes if with_grads or ddp else 0
+    P·grad_bytes), as is DeepSpeed ZeRO-3's reduce bucket; ZeRO-1/2's lives through each backward only (made
+    as it begins, dropped before the optimizer step: PARALLEL.md, "DeepSpeed's reduce bucket")."""
+    persistent = (FRAMEWORK_DDP_BUCKET_COPY[c.framework] and c.zero_stage == 0) or c.zero_stage >= 3
+    return r.bucket_bytes if in_backward or persistent else 0
 
 
 @formula
@@ -176,7 +181,7 @@ def stage_peak(c, r, rank, with_eval):
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
-    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept
+    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, rank_layers(c, rank))  # ... and what its graph's nodes hold after backward
@@ -187,7 +192,7 @@ def stage_peak(c, r, rank, with_eval):
         model_t += 2 * held + graph
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g)
-    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, g)) + kept + held
+    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, True)) + kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
@@ -212,7 +217,8 @@ def stage_peak(c, r, rank, with_eval):
         end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept + held + graph
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True)
-        opt_t = stage_share(c, r, rank, r.step_bytes) + buckets + kept + held + graph
+        opt_t = stage_share(c, r, rank, r.step_bytes) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
+        opt_t += held + graph
         optimizer = Peak(stage_share(c, r, rank, states_bytes(r, True)) + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
@@ -245,7 +251,7 @@ def eval_temp_bytes(c, r, rank, last):
     """An evaluation forward's transient buffers (evaluation.py): autocast's casts, the gathered groups, the
     gradient buckets DDP never frees, and the larger of one layer's forward and the loss's."""
     casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
-    buckets = stage_share(c, r, rank, buckets_bytes(c, r, eval_grads_live(c)))
+    buckets = stage_share(c, r, rank, buckets_bytes(c, r, False))
     return casts + r.gather_bytes + buckets + eval_work_bytes(c, r, last)
 
 

@@ -81,8 +81,8 @@ class LiveBytes(TorchDispatchMode):
 
     def track(self, t: torch.Tensor, op: str = "external") -> None:
         """Start following the storage behind ``t`` unless it is followed already."""
-        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
-            return
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta":
+            return  # a meta tensor holds no memory (DeepSpeed's ZeRO makes one per parameter to plan its groups)
         st = t.untyped_storage()
         key = st._cdata
         if key in self._live or st.nbytes() == 0:
