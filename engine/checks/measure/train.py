@@ -115,6 +115,15 @@ def _micro_step(model, c: dict, lb, device: str) -> None:
     loss.backward()
 
 
+def _zero_grad(model, opt, c: dict) -> None:
+    """Gradients freed (``zero_grad = none``: set_to_none=True) or zeroed in place (``zeros``)."""
+    set_to_none = c["zero_grad"] == "none"
+    if opt is not None:
+        opt.zero_grad(set_to_none=set_to_none)
+    else:
+        model.zero_grad(set_to_none=set_to_none)
+
+
 def train_step(model, opt, c: dict, lb, device: str, on_step_start=None) -> None:
     """One optimizer step of ``grad_accum`` micro-steps; ``lb`` is told phase, micro-step and marks."""
     recipe_optim.configure(opt, c)  # before the first step: optimizer_impl, optimizer_in_backward
@@ -122,11 +131,7 @@ def train_step(model, opt, c: dict, lb, device: str, on_step_start=None) -> None
     if on_step_start:
         on_step_start()
     lb.phase = "zero_grad"
-    set_to_none = c["zero_grad"] == "none"
-    if opt is not None:
-        opt.zero_grad(set_to_none=set_to_none)
-    else:
-        model.zero_grad(set_to_none=set_to_none)
+    _zero_grad(model, opt, c)
     for micro in range(c["grad_accum"]):
         lb.micro = micro
         _micro_step(model, c, lb, device)
@@ -147,11 +152,7 @@ def evaluate(model, opt, c: dict, lb, device: str) -> None:
     lb.mark(f"eval{lb.step}")
     lb.grad_records = {id(r) for r in (lb.record_of(p.grad) for p in model.parameters() if p.grad is not None) if r}
     lb.phase = "eval"
-    set_to_none = c["zero_grad"] == "none"
-    if opt is not None:
-        opt.zero_grad(set_to_none=set_to_none)
-    else:
-        model.zero_grad(set_to_none=set_to_none)
+    _zero_grad(model, opt, c)
     model.eval()
     ids = torch.randint(0, c["vocab"], (c["eval_micro_batch"], c["seq_len"]), device=device)
     with torch.no_grad(), autocast_context(c["precision"], device.split(":")[0]):
