@@ -171,6 +171,11 @@ def test_an_evaluation_forward_holds_the_states_and_its_loss_by_hand():
                    eval_micro_batch=1)
     plain = config(**TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, precision="bf16", micro_batch=4)
     assert peak(small, rank_terms(small)) == peak(plain, rank_terms(plain))
+    # Megatron's contiguous gradient buffer outlives the step into the evaluation
+    megatron = config(**TINY_LLAMA, d_model=256, n_heads=4, d_ff=704, framework="megatron", precision="amp_bf16",
+                      micro_batch=1, eval_micro_batch=16)
+    m = peak(megatron, rank_terms(megatron))
+    assert m.phase == 3 and m.grads_live
 
 
 def test_deepspeed_reduce_bucket_is_allocated_whole_and_zero3_keeps_its_gradients():

@@ -21,9 +21,9 @@ from engine.inputs.codes import (
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
+from engine.model.evaluation import eval_segment_bytes
 from engine.model.levels import host_ram_per_gpu, rank_terms
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
-from engine.model.evaluation import eval_segment_bytes
 from engine.model.overhead import allocator_slack_bytes
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
@@ -70,9 +70,9 @@ SLACK_SOURCES = {
     "loss-sized block cut up": "one more block of the loss's largest size, whose freed segment smaller blocks "
                                "settle in between micro-steps (overhead.py allocator_slack_bytes, "
                                "loss.loss_block_bytes; the replayed traces, PARALLEL.md)",
-    "training step's cache": "the training step's cached segments, kept while the evaluation's "
-                                                 "larger loss blocks take segments of their own (levels.step_terms, "
-                                                 "evaluation.eval_segment_bytes; RECIPES.md)",
+    "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
+                             "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
+                             "RECIPES.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }

@@ -112,7 +112,9 @@ def eval_parts(c, r, rank, last):
     work = ("evaluation loss", loss) if loss >= layer else ("evaluation layer", layer)
     return [("autocast weight casts", stage_share(c, r, rank, eval_cast_bytes(c, r))),
             ("gathered/dequantized weights", r.gather_bytes),
-            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))), work]
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
+            ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
+            ("held logits and graph", held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank))), work]
 
 
 def candidates(c, r, rank):
@@ -124,7 +126,7 @@ def candidates(c, r, rank):
         found.append((Phase.FORWARD, held_forward_parts(c, r, rank, last, g)))
     if c.pp > 1 and not g and c.grad_accum > 1:  # the second backward and the end of the first stage's
         buckets = ("gradient buckets", stage_share(c, r, rank, r.bucket_bytes))
-        found.append((Phase.BACKWARD, backward_parts(c, r, rank, last, g) + [buckets]))
+        found.append((Phase.BACKWARD, backward_parts(c, r, rank, last, g)))
         found.append((Phase.BACKWARD, [("pipeline receive buffers", recv_buffer_bytes(c, rank)),
                                        ("embedding gradient", embedding_grad_temp_bytes(c, rank)), buckets]))
     if not c.optimizer_in_backward:  # with it, the step runs in backward's hooks: end_of_backward_parts

@@ -280,8 +280,8 @@ def lora_dropout_replicated_bytes_per_token(c):
 @formula
 def lora_dropout_split_bytes_per_token(c):
     """LoRA dropout on the out- and down-projection adapters, per token: the 1-byte masks, and a 16-bit dropped
-    copy where the adapter would have shared an input that stays alive anyway (autocast: flash attention's output,
-    a kept quantized input)."""
+    copy where the adapter, taking its input uncast (autocast, fp32, 16-bit adapters), would have shared one that
+    stays alive anyway (flash attention's output, a kept quantized input)."""
     if c.lora_rank == 0 or c.lora_dropout == 0.0:
         return 0
     e, ad = compute_bytes(c), c.n_heads * c.head_dim

@@ -14,7 +14,9 @@ backward, so what is live beside the persistent states (peak.eval_peak) is:
                                 the loss at its forward peak, beside the final hidden states the model's forward
                                 still holds (last stage)
 
-each for eval_micro_batch samples of seq_len tokens. Traced: data/measured/recipes.csv, knob eval (at the loss:
+each for eval_micro_batch samples of seq_len tokens. Assumed: the Trainer keeps no logits across the evaluation
+loop (its `evaluate()` asks for the loss alone when no compute_metrics is given); with compute_metrics and no
+eval_accumulation_steps it gathers every batch's logits on the GPU, which is not modelled. Traced: data/measured/recipes.csv, knob eval (at the loss:
 16-bit logits, their fp32 upcast and the fp32 log-probs, 10 B per token and vocabulary entry, and the hidden states).
 """
 

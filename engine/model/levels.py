@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.inputs.codes import Allocator, Component, Invalid, Phase
+from engine.inputs.codes import Allocator, Component, Invalid
 from engine.inputs.outputs import level_fields
 from engine.model.activations import (
     has_dropout,
@@ -232,12 +232,11 @@ def step_terms(c, r):
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
     slack = reserve_slack_bytes(r, p, holds_loss, last, block)
-    if evaluates(c) and block > 0:  # the step's segments stay cached beside the evaluation's own, whichever peaks
-        step_reserved = p.allocated_bytes + slack
-        if p.phase == Phase.EVAL.value:
-            step, step_holds_loss, step_last = peak_of_ranks(c, r, False)
-            step_reserved = step.allocated_bytes + reserve_slack_bytes(r, step, step_holds_loss, step_last, block)
-        slack = max(slack, step_reserved + eval_segment_bytes(c) - p.allocated_bytes)
+    if evaluates(c) and block > 0:
+        # the loss stage's step segments stay cached beside its evaluation's own, whichever phase peaks
+        step_last = peak_of_ranks(c, r, False)[2]
+        last_reserved = step_last.allocated_bytes + stage_slack_bytes(r, step_last, block) + eval_segment_bytes(c)
+        slack = max(slack, last_reserved - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,

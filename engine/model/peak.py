@@ -7,7 +7,8 @@ One training step, steady state (optimizer states exist, zero_grad(set_to_none=T
 The most loaded rank is the first pipeline stage (most micro-batches in flight), a middle one (the most layers)
 or the last (the logits): the three are evaluated and the largest peak is reported (pipeline.py). Gradients are live in forward only when something keeps
 them between steps: accumulation over micro-batches, pipeline schedules, or framework buffers (Megatron's
-contiguous main-grad buffer, DeepSpeed's gradient partitions).
+contiguous main-grad buffer, DeepSpeed ZeRO-3's gradient partitions). Between two steps an evaluation may run
+(eval_peak, evaluation.py).
 
 Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank).
 """
@@ -199,7 +200,7 @@ def stage_peak(c, r, rank, with_eval):
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         second_acts = stage_activation_bytes(c, r, rank, 1)
-        second_t = bwd_t + stage_share(c, r, rank, r.bucket_bytes)
+        second_t = bwd_t  # its buckets too: bwd_t holds them (buckets_bytes in backward)
         second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True)
         end_acts = stage_activation_bytes(c, r, rank, 2)
         end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
@@ -241,18 +242,22 @@ def stage_peak(c, r, rank, with_eval):
 
 @formula
 def eval_grads_live(c):
-    """Gradients outlive the step into an evaluation only when zeroed in place (the Trainer's model.zero_grad()
-    sets them to None otherwise)."""
-    return c.zero_grad == ZeroGrad.ZEROS
+    """Gradients outlive the step into an evaluation where they outlive it into the next forward: zeroed in place,
+    or kept by the framework's buffers (the Trainer's model.zero_grad() sets torch's to None)."""
+    if c.optimizer_in_backward:
+        return False
+    return c.zero_stage >= FRAMEWORK_GRADS_KEPT_FROM_STAGE[c.framework] or c.zero_grad == ZeroGrad.ZEROS
 
 
 @formula
 def eval_temp_bytes(c, r, rank, last):
     """An evaluation forward's transient buffers (evaluation.py): autocast's casts, the gathered groups, the
-    gradient buckets DDP never frees, and the larger of one layer's forward and the loss's."""
+    gradient buckets DDP never frees, the pipeline's receive buffers, what a loop holds from its last step
+    (outputs_held), and the larger of one layer's forward and the loss's."""
     casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
     buckets = stage_share(c, r, rank, buckets_bytes(c, r, False))
-    return casts + r.gather_bytes + buckets + eval_work_bytes(c, r, last)
+    held = held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank))
+    return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, r, last)
 
 
 @formula

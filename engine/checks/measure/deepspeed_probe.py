@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO steps traced on the CPU: what DeepSpeed itself allocates beside the model, against memsim.
 
     pip install 'memsim[deepspeed]'
-    python -m engine.checks.measure.deepspeed_probe            # ZeRO-1, -2 and -3, about a minute
+    python -m engine.checks.measure.deepspeed_probe            # ZeRO-1, -2 and -3, about 2 minutes
 
 DeepSpeed 0.19 runs on the CPU (its CPU accelerator) over torch.distributed's fake process group: one rank of a
 4-rank data-parallel world whose collectives return at once, so every buffer DeepSpeed makes for them is
@@ -27,7 +27,8 @@ BIG = 100 * 2**20  # a buffer of DeepSpeed's own: larger than any tensor of this
 
 
 def run_zero(stage: int):
-    """(LiveBytes, marks, parameters) of two ZeRO-`stage` steps on rank 0 of a fake 4-rank world."""
+    """(LiveBytes, parameters) of two ZeRO-`stage` steps on rank 0 of a fake 4-rank world; the log marks each
+    step's start (step<n>), its optimizer step (optimizer<n>) and its end (end<n>)."""
     import torch
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -62,6 +63,7 @@ def run_zero(stage: int):
             loss = engine(input_ids=ids, labels=ids).loss
             lb.phase = "backward"
             engine.backward(loss)
+            lb.mark(f"optimizer{step}")
             lb.phase = "optimizer"
             engine.step()
             del loss
@@ -72,14 +74,21 @@ def run_zero(stage: int):
 def memsim_figures(stage: int) -> dict:
     """memsim's states and reduce bucket for the probed configuration."""
     from engine.ask.evaluate import evaluate_case
+    from engine.model.levels import rank_terms
 
     r = evaluate_case({**DIMS, "framework": "deepspeed", "precision": "amp_bf16",
                        "zero_stage": stage, "n_gpus": WORLD, "optimizer": "adamw", "attention": "flash"})
-    from engine.model.levels import rank_terms
-
     terms = rank_terms(r["record"])
     return {"weight": r["weight_bytes"], "grad": r["grad_bytes"], "optimizer": r["optimizer_bytes"],
             "bucket": terms.bucket_bytes}
+
+
+def death(lb, r) -> str:
+    """When a record died, against the marks of the step it was born in."""
+    if r.died is None:
+        return "alive to the end"
+    when = "before" if r.died < lb.marks.get(f"optimizer{r.step}", -1) else "after"
+    return f"freed {when} that step's optimizer step"
 
 
 def report(stage: int) -> list[str]:
@@ -88,9 +97,8 @@ def report(stage: int) -> list[str]:
     own = [r for r in lb.records if r.nbytes >= BIG]
     lines = [f"ZeRO-{stage}: {n_params:,} parameters, dp {WORLD}"]
     for r in own:
-        alive = "to the end" if r.died is None else f"until tick {r.died}"
-        lines.append(f"  {r.nbytes:>13,} B  {r.dtype:<9} {str(r.shape):<14} born step {r.step} {r.phase:<9} "
-                     f"(tick {r.born}), {alive}; step 1 runs ticks {start}..{end}")
+        lines.append(f"  {r.nbytes:>13,} B  {r.dtype:<9} {str(r.shape):<14} born in step {r.step}'s {r.phase}, "
+                     f"{death(lb, r)}")
     m = memsim_figures(stage)
     for name, tick in (("as step 1 begins", start), ("after it", end)):
         kept = [r for r in lb.records if r.born < tick and (r.died is None or r.died > tick) and r.nbytes < BIG]
