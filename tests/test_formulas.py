@@ -190,6 +190,10 @@ def test_deepspeed_reduce_bucket_is_allocated_whole_and_zero3_keeps_its_gradient
         assert grads_live_in_forward(c, 0) == (stage == 3)
         assert buckets_bytes(c, r, False) == (r.bucket_bytes if stage == 3 else 0)  # forward, optimizer step
         assert buckets_bytes(c, r, True) == r.bucket_bytes  # backward
+    # overlap_comm: two buckets at ZeRO-1/2, one at ZeRO-3; the HF Trainer's "auto" size is d_model squared
+    for stage, copies in ((2, 2), (3, 1)):
+        c = config(**kw, zero_stage=stage, overlap_comm=True, reduce_bucket_size=256 * 256)
+        assert rank_terms(c).bucket_bytes == copies * 2 * 256 * 256
 
 
 def test_moe_capacity_factor_scales_the_routed_expert_activations():

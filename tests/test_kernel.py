@@ -50,6 +50,7 @@ def random_case(rng) -> dict:
         activation_offload=pick([True, False]), compile=pick([True, False]), loss_parallel=pick([True, False]),
         compile_loss=pick([True, False]), shifted_logits=pick([True, False]), outputs_held=pick([True, False]),
         quant_lm_head=pick([True, False]), quant_saves_input=pick([True, False]), eval_micro_batch=pick([0, 0, 8, 64]),
+        reduce_bucket_size=pick([0, 0, 4096 * 4096]), overlap_comm=pick([True, False]),
     )
     return case
 

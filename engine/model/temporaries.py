@@ -40,14 +40,16 @@ def ddp_bucket_bytes(c, trainable_params):
     """PyTorch DDP buckets: a flat copy of every gradient (torch/nn/parallel/distributed.py, bucket views
     are off by default). DeepSpeed ZeRO: the reduce bucket, reduce_bucket_size elements (5e8 by default) in the
     gradients' dtype however few the gradients are, and on one GPU too: ZeRO-1/2 allocate it as each backward
-    begins (stage_1_and_2.py setup_buckets), ZeRO-3 once, after the optimizer states (stage3.py, "IPG"); peak.py
+    begins (stage_1_and_2.py setup_buckets; with overlap_comm a second one), ZeRO-3 once, after the optimizer
+    states (stage3.py, "IPG"); reduce_bucket_size overrides the size; peak.py
     buckets_bytes says when each is alive. Which framework has which: data/frameworks.toml. Traced with DeepSpeed
     0.19.8 on a fake process group: data/measured/PARALLEL.md, "DeepSpeed's reduce bucket"."""
     if not trains(c):
         return 0
-    bucket = FRAMEWORK_REDUCE_BUCKET[c.framework]
-    if bucket > 0 and c.zero_stage >= 1:
-        return grad_bytes_per_param(c) * bucket
+    if FRAMEWORK_REDUCE_BUCKET[c.framework] > 0 and c.zero_stage >= 1:
+        bucket = c.reduce_bucket_size if c.reduce_bucket_size > 0 else FRAMEWORK_REDUCE_BUCKET[c.framework]
+        copies = 2 if c.overlap_comm and c.zero_stage <= 2 else 1  # overlap_comm: a second bucket at ZeRO-1/2
+        return copies * grad_bytes_per_param(c) * bucket
     if c.dp * c.cp > 1 and FRAMEWORK_DDP_BUCKET_COPY[c.framework] and c.zero_stage == 0:
         return grad_bytes_per_param(c) * trainable_params
     return 0

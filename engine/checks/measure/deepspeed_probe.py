@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO steps traced on the CPU: what DeepSpeed itself allocates beside the model, against memsim.
 
     pip install 'memsim[deepspeed]'
-    python -m engine.checks.measure.deepspeed_probe            # ZeRO-1, -2 and -3, about 2 minutes
+    python -m engine.checks.measure.deepspeed_probe            # ZeRO-1, -2, -3 and two options, 3 minutes
 
 DeepSpeed 0.19 runs on the CPU (its CPU accelerator) over torch.distributed's fake process group: one rank of a
 4-rank data-parallel world whose collectives return at once, so every buffer DeepSpeed makes for them is
@@ -24,9 +24,12 @@ WORLD = 4
 DIMS = {"n_layers": 4, "d_model": 512, "n_heads": 8, "n_kv_heads": 8, "d_ff": 1408, "vocab": 8192,
         "ffn_type": "swiglu", "seq_len": 256, "micro_batch": 2}
 BIG = 100 * 2**20  # a buffer of DeepSpeed's own: larger than any tensor of this model
+# (ZeRO stage, zero_optimization options, which are also memsim inputs of the same name)
+CASES = [(1, {}), (2, {}), (3, {}), (2, {"overlap_comm": True, "reduce_bucket_size": 100_000_000}),
+         (3, {"overlap_comm": True, "reduce_bucket_size": 100_000_000})]
 
 
-def run_zero(stage: int):
+def run_zero(stage: int, zero_options: dict):
     """(LiveBytes, parameters) of two ZeRO-`stage` steps on rank 0 of a fake 4-rank world; the log marks each
     step's start (step<n>), its optimizer step (optimizer<n>) and its end (end<n>)."""
     import torch
@@ -47,7 +50,7 @@ def run_zero(stage: int):
     cfg = LlamaConfig(hidden_size=d["d_model"], intermediate_size=d["d_ff"], num_hidden_layers=d["n_layers"],
                       num_attention_heads=d["n_heads"], num_key_value_heads=d["n_kv_heads"], vocab_size=d["vocab"])
     ds_config = {"train_micro_batch_size_per_gpu": d["micro_batch"], "gradient_accumulation_steps": 1,
-                 "bf16": {"enabled": True}, "zero_optimization": {"stage": stage},
+                 "bf16": {"enabled": True}, "zero_optimization": {"stage": stage, **zero_options},
                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}
     torch.manual_seed(0)
     with LiveBytes() as lb:
@@ -71,13 +74,13 @@ def run_zero(stage: int):
     return lb, n_params
 
 
-def memsim_figures(stage: int) -> dict:
+def memsim_figures(stage: int, inputs: dict) -> dict:
     """memsim's states and reduce bucket for the probed configuration."""
     from engine.ask.evaluate import evaluate_case
     from engine.model.levels import rank_terms
 
     r = evaluate_case({**DIMS, "framework": "deepspeed", "precision": "amp_bf16",
-                       "zero_stage": stage, "n_gpus": WORLD, "optimizer": "adamw", "attention": "flash"})
+                       "zero_stage": stage, "n_gpus": WORLD, "optimizer": "adamw", "attention": "flash", **inputs})
     terms = rank_terms(r["record"])
     return {"weight": r["weight_bytes"], "grad": r["grad_bytes"], "optimizer": r["optimizer_bytes"],
             "bucket": terms.bucket_bytes}
@@ -91,15 +94,15 @@ def death(lb, r) -> str:
     return f"freed {when} that step's optimizer step"
 
 
-def report(stage: int) -> list[str]:
-    lb, n_params = run_zero(stage)
+def report(stage: int, zero_options: dict) -> list[str]:
+    lb, n_params = run_zero(stage, zero_options)
     start, end = lb.marks["step1"], lb.marks["end1"]
     own = [r for r in lb.records if r.nbytes >= BIG]
-    lines = [f"ZeRO-{stage}: {n_params:,} parameters, dp {WORLD}"]
+    lines = [f"ZeRO-{stage} {zero_options or ''}: {n_params:,} parameters, dp {WORLD}"]
     for r in own:
         lines.append(f"  {r.nbytes:>13,} B  {r.dtype:<9} {str(r.shape):<14} born in step {r.step}'s {r.phase}, "
                      f"{death(lb, r)}")
-    m = memsim_figures(stage)
+    m = memsim_figures(stage, zero_options)
     for name, tick in (("as step 1 begins", start), ("after it", end)):
         kept = [r for r in lb.records if r.born < tick and (r.died is None or r.died > tick) and r.nbytes < BIG]
         half = sum(r.nbytes for r in kept if r.dtype == "bfloat16")
@@ -118,8 +121,8 @@ def main() -> int:
               file=sys.stderr)
         return 2
     try:
-        for stage in (1, 2, 3):
-            print("\n".join(report(stage)), flush=True)
+        for stage, options in CASES:
+            print("\n".join(report(stage, options)), flush=True)
     except UserError as err:
         print(f"memsim: error: {err}", file=sys.stderr)
         return 2
