@@ -31,9 +31,10 @@ from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_b
 from engine.model.split import rank_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
-    rank_layer_activation_bytes,
+    in_flight_bytes,
+    rank_microbatch_activation_bytes,
     recompute_bytes,
-    stage_activation_bytes,
+    stage_activations_from,
 )
 from engine.model.states import grad_bytes_per_param, trains
 from engine.model.temporaries import backward_workspace_bytes, head_cast_bytes, tied_gradient_sum_bytes
@@ -156,15 +157,16 @@ def forward_temp_bytes(c, r, rank, last):
 
 
 @formula
-def backward_temp_bytes(c, r, rank, last):
+def backward_temp_bytes(c, r, rank, last, layer_acts):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
-    plus what stays gathered and the kept weight casts."""
+    plus what stays gathered and the kept weight casts (`layer_acts`: the activations of the rank's layers in
+    flight, stage.rank_layer_activation_bytes)."""
     t = r.gather_bytes + saved_cast_bytes(c, r, rank, last)  # autocast's cache is gone: only the saved casts
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
     compute = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes
-    freed = ceil_div(rank_layer_activation_bytes(c, r, rank, 0), max(rank_layers(c, rank), 1))
+    freed = ceil_div(layer_acts, max(rank_layers(c, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
     loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
     if last:
@@ -178,7 +180,8 @@ def stage_peak(c, r, rank, with_eval):
     p = 1): its states, the activations it keeps in flight, its receive buffers; and `with_eval`, the evaluation
     forward between steps (eval_micro_batch)."""
     last = rank == c.pp - 1
-    acts = stage_activation_bytes(c, r, rank, 0)
+    per_microbatch = rank_microbatch_activation_bytes(c, r, rank)  # its layers', one micro-batch
+    acts = stage_activations_from(c, r, rank, 0, per_microbatch)
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
@@ -193,16 +196,18 @@ def stage_peak(c, r, rank, with_eval):
         model_t += 2 * held + graph
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g)
-    bwd_t = backward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, True)) + kept + held
+    layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
+    bwd_t = backward_temp_bytes(c, r, rank, last, layer_acts) + stage_share(c, r, rank, buckets_bytes(c, r, True))
+    bwd_t += kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
-        second_acts = stage_activation_bytes(c, r, rank, 1)
+        second_acts = stage_activations_from(c, r, rank, 1, per_microbatch)
         second_t = bwd_t  # its buckets too: bwd_t holds them (buckets_bytes in backward)
         second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True)
-        end_acts = stage_activation_bytes(c, r, rank, 2)
+        end_acts = stage_activations_from(c, r, rank, 2, per_microbatch)
         end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
         if states + end_acts + end_t > second.allocated_bytes:
             second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True)
@@ -277,7 +282,8 @@ def stage_peaks(c, r, with_eval):
     first = stage_peak(c, r, first_rank, with_eval)
     if c.pp == 1:
         return first, first, first
-    return first, stage_peak(c, r, middle_rank, with_eval), stage_peak(c, r, last_rank, with_eval)
+    middle = first if middle_rank == first_rank else stage_peak(c, r, middle_rank, with_eval)
+    return first, middle, stage_peak(c, r, last_rank, with_eval)
 
 
 @formula

@@ -112,13 +112,14 @@ def layers_saved_bytes(c, r, dense, moe):
     the layers left unchecked keep everything, their scores included."""
     total = 0
     for moe_layer, count in ((False, dense), (True, moe)):
-        if count > 0:
+        if count <= 0:
+            continue
+        if c.checkpointing == Ckpt.FULL:
             kept = checkpointed_layers(c, count)
             total += kept * layer_activation_bytes(c, r, moe_layer)
-            if c.checkpointing == Ckpt.FULL:
-                total += (count - kept) * full_layer_bytes(c, r, moe_layer, attention_scores_bytes_per_token(c, r))
-            else:
-                total += (count - kept) * layer_activation_bytes(c, r, moe_layer)
+            total += (count - kept) * full_layer_bytes(c, r, moe_layer, attention_scores_bytes_per_token(c, r))
+        else:  # no layer checkpointed: each keeps what one keeps
+            total += count * layer_activation_bytes(c, r, moe_layer)
     return total
 
 
@@ -143,14 +144,26 @@ def offloaded_activation_bytes(c, r):
 
 
 @formula
-def rank_layer_activation_bytes(c, r, rank, fewer):
-    """All transformer layers' activations alive on pipeline rank `rank` at its peak: its layers times the
-    micro-batches it keeps in flight (pipeline.in_flight), less `fewer` of them."""
+def rank_microbatch_activation_bytes(c, r, rank):
+    """What the transformer layers of pipeline rank `rank` keep for one micro-batch."""
     layers = rank_layers(c, rank)
     moe_layers = min(layers, n_moe_layers(c))
-    per_microbatch = layers_activation_bytes(c, r, layers - moe_layers, moe_layers)
+    return layers_activation_bytes(c, r, layers - moe_layers, moe_layers)
+
+
+@formula
+def in_flight_bytes(c, rank, per_microbatch, fewer):
+    """`per_microbatch` bytes times the micro-batches pipeline rank `rank` keeps in flight at its peak
+    (pipeline.in_flight), less `fewer` of them."""
     num, den = in_flight(c, rank)
     return ceil_div(per_microbatch * max(num - fewer * den, 0), den)
+
+
+@formula
+def rank_layer_activation_bytes(c, r, rank, fewer):
+    """All transformer layers' activations alive on pipeline rank `rank` at its peak: its layers times the
+    micro-batches it keeps in flight, less `fewer` of them."""
+    return in_flight_bytes(c, rank, rank_microbatch_activation_bytes(c, r, rank), fewer)
 
 
 @formula
@@ -188,9 +201,25 @@ def stage_activation_bytes(c, r, rank, fewer):
     micro-batch's under 1F1B, every one's in flight under GPipe)."""
     if not has_dims(c):
         return 0
+    return stage_activations_from(c, r, rank, fewer, rank_microbatch_activation_bytes(c, r, rank))
+
+
+@formula
+def stage_activations_from(c, r, rank, fewer, per_microbatch):
+    """stage_activation_bytes from its layers' bytes for one micro-batch (rank_microbatch_activation_bytes), which
+    peak.stage_peak works out once for all its phases."""
+    if not has_dims(c):
+        return 0
+    return in_flight_bytes(c, rank, per_microbatch, fewer) + edge_activation_bytes(c, r, rank, fewer)
+
+
+@formula
+def edge_activation_bytes(c, r, rank, fewer):
+    """What pipeline rank `rank` saves outside its transformer layers (stage_activation_bytes): the embedding's on
+    the first rank, the head's and the loss's on the last."""
     num, den = in_flight(c, rank)
     num = max(num - fewer * den, 0)
-    total = rank_layer_activation_bytes(c, r, rank, fewer)
+    total = 0
     if rank == 0:
         total += ceil_div(embedding_activation_bytes(c) * num, den)
     if rank == c.pp - 1:
