@@ -28,6 +28,7 @@ from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP
 from engine.model.sweep_kernel import sweep_chunk
 
 RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
+BUFFER_SETS = 3  # output buffer sets in turn: one the kernel fills, one whose table is built, one being written
 
 
 def run_slots(start: int, count: int, period: int) -> tuple[np.ndarray, np.ndarray]:
@@ -134,8 +135,8 @@ class SweepKernel:
         self.blocks = 8 * numba.get_num_threads()
         self.scratch = np.zeros(self.blocks, dtype=RECORD)
         self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
-        self.buffers = [None, None]
-        self.adopted = [False, False]
+        self.buffers = [None] * BUFFER_SETS
+        self.adopted = [False] * BUFFER_SETS
         self.turn = 0
 
     def adopt(self, other: "SweepKernel") -> None:
@@ -151,10 +152,11 @@ class SweepKernel:
     def evaluate(self, start: int, count: int) -> Chunk:
         """Configurations start .. start+count-1, factored by level.
 
-        Two buffer sets alternate (fresh pages for every chunk cost more than the kernel): what a call returns
-        stays valid while the next call runs — the writer thread uses it then — and is overwritten by the one
+        BUFFER_SETS buffer sets take turns (fresh pages for every chunk cost more than the kernel): what a call
+        returns stays valid while the next two calls run — the writer's threads build its table during the first
+        and write it during the second (engine/dataset/sweep.py ChunkWriter) — and is overwritten by the one
         after. Buffers start at UNSET, so a slot the kernel never writes shows."""
-        self.turn ^= 1
+        self.turn = (self.turn + 1) % BUFFER_SETS
         buffers = self.buffers[self.turn]
         rank_slots = self.slots(count, self.rows_per_rank)
         sizes = (rank_slots, rank_slots * self.rows_per_step, self.slots(count, self.rows_per_step), count, count)

@@ -146,8 +146,10 @@ def check_disk(out_dir: Path, need: int, force: bool) -> None:
 
 
 class ChunkWriter:
-    """Builds each chunk's Arrow table and writes it, on one background thread, while the kernel (which
-    releases the GIL) computes the next chunk; at most one chunk is in flight."""
+    """Builds each chunk's Arrow table on one background thread and writes it on another, while the kernel (which
+    releases the GIL, as Parquet's encoder does) computes the next chunk: chunk i+1 is computed while chunk i's
+    table is built and chunk i-1's written, in index order. The tables may hold the kernel's own buffers (no copy),
+    which the kernel's three buffer sets keep intact until the write is done (chunks.SweepKernel.evaluate)."""
 
     def __init__(self, kernel, out_dir, shard, meta, compression, keep):
         self.kernel, self.out_dir, self.shard, self.meta = kernel, out_dir, shard, meta
@@ -155,11 +157,11 @@ class ChunkWriter:
         self.started = time.time()  # the shard's wall time, as its marker records it
         self.compact = kernel.grid.spec.output.get("compact", False)
         self.part = None
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        self.pending = None
+        self.builder = ThreadPoolExecutor(max_workers=1)
+        self.writer = ThreadPoolExecutor(max_workers=1)
+        self.building = self.writing = None
 
-    def _write(self, chunk):
-        table = chunk_table(chunk, self.keep, self.compact)
+    def _write(self, table):
         if self.part is None:
             axes = [name for a in self.kernel.grid.axes for name, _ in a.columns]
             self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression,
@@ -167,28 +169,50 @@ class ChunkWriter:
         self.part.write(table)
 
     def submit(self, chunk) -> None:
-        self.wait()
-        self.pending = self.pool.submit(self._write, chunk)
+        """Queue chunk i: once chunk i-1's table is built and chunk i-2's written, chunk i-1's write is queued and
+        chunk i's build begins (the kernel may then overwrite chunk i-2's buffers)."""
+        self.pass_on()
+        self.building = self.builder.submit(chunk_table, chunk, self.keep, self.compact)
+
+    def pass_on(self) -> None:
+        """The table being built goes to the writer, after the write before it (re-raising what either raised)."""
+        if self.building is None:
+            return
+        building, self.building = self.building, None
+        table = building.result()
+        self.wait_for_write()
+        self.writing = self.writer.submit(self._write, table)
+
+    def wait_for_write(self) -> None:
+        if self.writing is not None:
+            writing, self.writing = self.writing, None
+            writing.result()
 
     def wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            pending.result()  # re-raises what the writer thread raised
+        self.pass_on()
+        self.wait_for_write()
 
     def close(self, index_range, digest) -> int:
         self.wait()
         if self.part is None:  # an empty shard still publishes its (empty) part
-            self._write(self.kernel.evaluate(index_range[0], 0))
+            self._write(chunk_table(self.kernel.evaluate(index_range[0], 0), self.keep, self.compact))
         self.part.close(index_range, digest)
-        self.pool.shutdown()
+        self.shutdown()
         return self.part.rows
 
+    def shutdown(self) -> None:
+        self.builder.shutdown()
+        self.writer.shutdown()
+
     def abort(self) -> None:
-        try:
-            self.wait()
-        except BaseException:  # the failure being handled is the one that matters
-            pass
-        self.pool.shutdown()
+        for pending in (self.building, self.writing):
+            try:
+                if pending is not None:
+                    pending.result()
+            except BaseException:  # noqa: BLE001, S110 (the failure being handled is the one that matters)
+                pass
+        self.building = self.writing = None
+        self.shutdown()
         if self.part is not None:
             self.part.abort()
 
