@@ -13,6 +13,7 @@ import pytest
 
 from engine.ask.estimate import estimate_table
 from engine.dataset.sweep import run_sweep
+from engine.dataset.views import connect
 from engine.errors import UserError
 from engine.model.outputs import OUTPUTS
 
@@ -129,13 +130,36 @@ def test_a_spec_with_no_valid_configuration_says_why(tmp_path, memsim):
     assert code == 2 and "no valid configuration" in err and "n_gpus is not dp * tp * pp * cp" in err
 
 
-def test_compact_rows_keep_what_feasibility_questions_need(tmp_path, memsim):
-    spec = spec_file(tmp_path, 'model = ["llama-3.2-1b", "llama-3.1-8b"]\ngpu = ["a100-sxm-80gb", "l4"]\nn_gpus = [1, 2, 4, 8]\nzero_stage = [0, 3]\nmicro_batch = [1, 4]',
-                     "[output]\ncompact = true\n")
-    assert memsim("sweep", spec, "-o", tmp_path / "c", "--quiet")[0] == 0
-    columns = set(pl.read_parquet(tmp_path / "c" / "part-*.parquet").columns)
-    assert {"device_peak_bytes", "capacity_bytes", "fits", "valid", "bottleneck"} <= columns
-    assert "weight_bytes" not in columns and "activation_bytes" not in columns
+COMPACT_AXES = """\
+model = ["llama-3.2-1b", "llama-3.1-8b"]
+gpu = ["a100-sxm-80gb", "l4"]
+n_gpus = [1, 2, 8]
+zero_stage = [0, 3]
+lora_rank = [0, 16, 16]
+base_quant = ["none", "none", "nf4"]
+sp = [false, true]
+headroom = [0.1, 0]"""
+
+
+@pytest.mark.parametrize("keep", [[], ["--feasible-only"]])
+def test_compact_rows_answer_as_full_rows_with_the_axes_derived_from_the_index(tmp_path, memsim, keep):
+    """A compact part stores the index and the feasibility columns; its view derives every axis (a linked pair,
+    booleans, floats) from the index, row for row what the full rows of the same spec store."""
+    link = '[link]\nmethod = ["lora_rank", "base_quant"]\n'
+    full = spec_file(tmp_path, COMPACT_AXES, link)
+    assert memsim("sweep", full, "-o", tmp_path / "f", "--quiet", *keep)[0] == 0
+    (tmp_path / "compact.toml").write_text(full.read_text() + "[output]\ncompact = true\n")
+    assert memsim("sweep", tmp_path / "compact.toml", "-o", tmp_path / "c", "--quiet", *keep)[0] == 0
+    stored = set(pl.read_parquet(tmp_path / "c" / "part-*.parquet").columns)
+    assert {"index", "device_peak_bytes", "capacity_bytes", "fits", "valid", "bottleneck"} <= stored
+    assert not stored & {"model", "gpu", "lora_rank", "base_quant", "sp", "headroom", "weight_bytes"}
+    compact, full_rows = connect(tmp_path / "c"), connect(tmp_path / "f")
+    columns = [name for name, *_ in compact.execute("DESCRIBE sweep").fetchall()]
+    assert {"model", "gpu", "n_gpus", "lora_rank", "base_quant", "sp", "headroom"} <= set(columns)
+    select = f"SELECT {', '.join(columns)} FROM sweep ORDER BY index"
+    assert compact.execute(f"DESCRIBE {select}").fetchall() == full_rows.execute(f"DESCRIBE {select}").fetchall()
+    rows = compact.execute(select).fetchall()
+    assert rows == full_rows.execute(select).fetchall() and len(rows) > 0
     code, out, _ = memsim("query", "min_gpus", "--sweep", tmp_path / "c", "--format", "csv")
     assert code == 0 and "llama-3.1-8b" in out
 

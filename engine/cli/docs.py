@@ -51,7 +51,7 @@ SPEC_TABLE_HELP = {
     "output": "options of the dataset written (below)",
 }
 OUTPUT_OPTION_HELP = {
-    "compact": "bool (default false): keep the index, the axes and the feasibility columns only",
+    "compact": "bool (default false): store the index and the feasibility columns only (the view derives the axes)",
     "compression": "Parquet codec (default `lz4`)",
     "feasible_only": "bool (default false): write only rows that are valid and fit (`--feasible-only`)",
     "rows_per_chunk": "int (default 1048576 = 2^20): configurations the kernel evaluates per chunk",
@@ -154,7 +154,8 @@ def output_lines() -> list[str]:
              ("Bytes are int64. On a row that cannot run (`valid` false) the outputs that need a runnable layout "
              "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. Each column is computed at one "
              "level of engine/model/levels.py (the registry engine/inputs/outputs.py lists them); "
-             "`compact = true` sweeps keep the columns marked compact:"), ""]
+             "`compact = true` sweeps store the index and the columns marked compact, and the `sweep` view derives "
+             "their axis columns from the index:"), ""]
     lines += [f"- {code(level)}: {text}" for level, text in LEVELS.items()]
     rows = [[code(o.name), output_type(o), o.unit, o.level, "yes" if o.compact else "", o.meaning, o.source]
             for o in OUTPUT_COLUMNS]

@@ -216,3 +216,19 @@ def decode(grid: Grid, index: int) -> np.recarray:
     rec = w.view(RECORD).view(np.recarray)[0]
     rec.dp, rec.n_gpus = degrees(rec, grid.dp_mode)
     return rec
+
+
+def index_axes(grid: Grid) -> list[dict]:
+    """What a compact sweep's view needs to derive its axis columns from the index (engine/dataset/views.py), as
+    its manifest records it: per axis, its digit (index // stride) % radix (decode above, last axis fastest) and
+    each column it writes with the label of every digit, as the full rows' axis columns hold them."""
+    radices = [int(r) for r in grid.radices]
+    strides = [int(np.prod(radices[k + 1:], dtype=np.int64)) for k in range(len(radices))]
+    return [{"stride": stride, "radix": radix,
+             "columns": [[name, [plain(v) for v in labels]] for name, labels in axis.columns]}
+            for axis, stride, radix in zip(grid.axes, strides, radices)]
+
+
+def plain(value):
+    """A label as JSON holds it (numpy scalars become Python ones)."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -94,15 +94,18 @@ def label_column(labels: list, digits: np.ndarray) -> pa.Array:
 
 def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Table:
     """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
-    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`)."""
+    (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`, whose axes are not stored:
+    the dataset's view derives them from the index: grid.index_axes)."""
     rows = kept_rows(chunk, keep)
     index = np.arange(chunk.start, chunk.start + chunk.count, dtype=np.int64)
     columns = {"index": pa.array(index if rows is None else index[rows])}
-    for axis, digits in zip(chunk.grid.axes, axis_digits(chunk, rows)):
-        for name, labels in axis.columns:  # a linked axis ([link]) writes each input it links
-            columns[name] = label_column(labels, digits)
+    if not compact:
+        for axis, digits in zip(chunk.grid.axes, axis_digits(chunk, rows)):
+            for name, labels in axis.columns:  # a linked axis ([link]) writes each input it links
+                columns[name] = label_column(labels, digits)
     names_ = COMPACT_OUTPUTS if compact else OUTPUTS
-    wanted = [n for n in ("dp", "n_gpus") if n not in columns] + names_
+    axes = {name for axis in chunk.grid.axes for name, _ in axis.columns}
+    wanted = [n for n in ("dp", "n_gpus") if n not in axes] + names_
     values = {n: chunk.values(n, rows) for n in wanted}
     for name in ("dp", "n_gpus"):
         if name in values:
@@ -110,3 +113,4 @@ def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Ta
     columns.update(output_columns(values, names_))
     schema = pa.schema([pa.field(n, a.type, nullable=n in NULLABLE) for n, a in columns.items()])
     return pa.Table.from_arrays(list(columns.values()), schema=schema)
+

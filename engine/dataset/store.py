@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import engine
 from engine.atomic import write_text_atomic
 from engine.catalogs import catalog
+from engine.configure.grid import index_axes
 from engine.dataset.checksum import Damaged, HashingSink, footer_of
 from engine.dataset.checksum import record as checksum_record
 from engine.dataset.location import Location
@@ -60,6 +61,8 @@ def spec_digest(grid) -> str:
         h.update(json.dumps([axis.name, axis.fields, axis.labels], default=str).encode())
         h.update(axis.words.tobytes())
     h.update(grid.base.tobytes())
+    if grid.spec.output.get("compact", False):  # its parts hold no axis columns: not one dataset with parts that do
+        h.update(b"compact: axes derived from the index")
     return h.hexdigest()[:16]
 
 
@@ -116,6 +119,8 @@ def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
         "n_shards": n_shards,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if grid.spec.output.get("compact", False):  # its parts hold no axis columns: the view derives them
+        manifest["index_axes"] = index_axes(grid)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory: memsim sweep -o takes a directory")
     if out_dir.is_dir() and not (out_dir / MANIFEST).exists() and not force:

@@ -221,15 +221,34 @@ def connect(sweep_dir: "str | Path | SweepParts | None" = None, con: duckdb.Duck
         except (OSError, pa.ArrowException) as err:
             raise UserError(f"cannot read {parts.root}: {str(err).strip().splitlines()[0][:200]}") from None
         con.register(PARTS_VIEW, dataset)
-        present = set(dataset.schema.names)
+        derived = index_axis_columns(parts.manifest.get("index_axes", []))
+        present = set(dataset.schema.names) | set(derived)
         skip = present | set(MODEL_FIELD_NAMES) | set(GPU_ATTRIBUTES) | {"n_params", "dropout"}  # model, GPU: catalogs
         extra = [f"{sql_literal(f.name)} AS {f.name}" for f in INPUT_FIELDS if f.name not in skip]
-        select = ", ".join(["*"] + extra)
+        select = ", ".join(["*"] + [f"{expression} AS {name}" for name, expression in derived.items()] + extra)
         con.execute(f"CREATE OR REPLACE VIEW sweep AS SELECT {select} FROM {PARTS_VIEW}")
         con.execute((QUERIES_DIR / "_views.sql").read_text())
     if read_only:
         lock_down(con)
     return con
+
+
+def index_axis_columns(index_axes: list[dict]) -> dict[str, str]:
+    """A compact sweep's axis columns as DuckDB expressions of the index (its manifest's index_axes,
+    engine/configure/grid.py): each the list of its labels, indexed by the row's digit of that axis."""
+    return {name: f"[{', '.join(label_literal(v) for v in labels)}][(index // {axis['stride']}) % {axis['radix']} + 1]"
+            for axis in index_axes for name, labels in axis["columns"]}
+
+
+def label_literal(value) -> str:
+    """An axis label as the full rows' column holds it (engine/dataset/columns.py label_column: Arrow's types)."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"{value}::BIGINT"
+    if isinstance(value, float):
+        return f"{value!r}::DOUBLE"
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def manifest(sweep_dir: str | Path) -> dict:
