@@ -32,6 +32,7 @@ MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3
           "qwen2.5-72b", "llama-3.1-405b", "gemma-2-27b", "mistral-7b-v0.1"]
 GPUS = ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-sxm-192gb", "mi300x", "l40s", "rtx-4090",
         "a100-sxm-40gb", "mi325x", "l4"]
+PROTOTYPE = ROOT.parent / "shared" / "bench" / "proto_rate.py"  # not part of memsim: a yardstick, when present
 MODES = {"full rows": {}, "compact rows": {"compact": True}, "feasible rows only": {"feasible_only": True}}
 
 
@@ -95,6 +96,15 @@ def numpy_rate(axes: dict, n: int = 1_000_000) -> float:
     return len(idx) / (time.perf_counter() - t0)
 
 
+def prototype_rate() -> float | None:
+    """Configurations per second of the shared factored numba prototype on this machine (../shared/bench), run
+    beside the kernel so the two are compared under the same load; None where it is not on disk."""
+    if not PROTOTYPE.exists():
+        return None
+    out = subprocess.run([sys.executable, str(PROTOTYPE)], capture_output=True, text=True, check=True).stdout
+    return float(out.split()[-1]) * 1e6  # it prints M configs/s
+
+
 def end_to_end(size: float, output: dict) -> dict:
     """The whole sweep to Parquet on disk, in a fresh process so its peak RSS is its own."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,15 +137,21 @@ def main() -> None:
     sizes = [1e6, 1e7] + ([1e8] if args.full else [])
     py = python_rate(spec(1e6))
     npy = numpy_rate(spec(1e7))
+    proto = prototype_rate()
     print(f"pure-Python reference loop:   {py:12,.0f} configs/s")
     print(f"numpy-vectorized (subset):    {npy:12,.0f} configs/s")
+    if proto:
+        print(f"factored prototype ({PROTOTYPE.name}): {proto / 1e6:.1f} M configs/s (issue #24's yardstick)")
+    share = (lambda rate: f", {rate / proto:.1%} of the prototype") if proto else (lambda rate: "")
     for size in sizes:
         n, rate = kernel_rate(spec(size), int(size * 1.01))
-        print(f"{n:>13,} configs  kernel {rate / 1e6:7.2f} M/s ({rate / py:8.0f}x Python, {rate / npy:5.2f}x numpy)")
+        print(f"{n:>13,} configs  kernel {rate / 1e6:7.2f} M/s ({rate / py:8.0f}x Python, {rate / npy:5.2f}x numpy"
+              f"{share(rate)})")
         for mode, output in MODES.items():
             e2e = end_to_end(size, output)
-            print(f"{'':>22}{mode:<20} {e2e['configs'] / e2e['seconds'] / 1e6:6.2f} M/s  {e2e['rows']:>13,} rows  "
-                  f"Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB")
+            e2e_rate = e2e["configs"] / e2e["seconds"]
+            print(f"{'':>22}{mode:<20} {e2e_rate / 1e6:6.2f} M/s  {e2e['rows']:>13,} rows  "
+                  f"Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB{share(e2e_rate)}")
     print(f"(this process, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB)")
 
 
