@@ -104,6 +104,43 @@ def test_a_shard_the_markers_do_not_vouch_for_is_not_read(memsim, four, damage):
     assert code == 0 and row["configurations"] == TOTAL - 30
 
 
+@pytest.fixture
+def compact(spec, tmp_path) -> Path:
+    compact_spec = write_spec(tmp_path, spec.read_text() + "\n[output]\ncompact = true\n")
+    return sweep_in_shards(compact_spec, tmp_path / "compact", n=1)
+
+
+@pytest.mark.parametrize("damage", [
+    "model FROM sweep_parts; COPY (SELECT 42) TO '{target}'; SELECT 1 AS x",  # a column name that is SQL
+    "stride=0", "labels=short"])
+def test_a_compact_manifest_is_checked_before_its_axes_become_sql(memsim, compact, tmp_path, damage):
+    """The view derives a compact sweep's axes from the manifest's index_axes: a name that is not an input, a stride
+    out of range or labels that do not cover the radix are a damaged manifest, never SQL that runs."""
+    manifest = json.loads((compact / "_memsim.json").read_text())
+    axis = manifest["index_axes"][0]
+    target = tmp_path / "written.csv"
+    if damage == "stride=0":
+        axis["stride"] = 0
+    elif damage == "labels=short":
+        axis["columns"][0][1] = axis["columns"][0][1][:-1]
+    else:
+        axis["columns"][0][0] = damage.format(target=target)
+    (compact / "_memsim.json").write_text(json.dumps(manifest))
+    for argv in (["query", "summary", "--sweep", compact], ["sql", "SELECT 1", "--sweep", compact]):
+        code, _, err = memsim(*argv)
+        assert one_line_error(code, err) and "damaged" in err, (argv, err)
+    assert not target.exists()
+
+
+def test_a_compact_sweep_never_joins_parts_that_store_their_axes(memsim, spec, compact):
+    """Compact parts written before index_axes stored their axes: a dataset of those takes no new-layout shard."""
+    manifest = json.loads((compact / "_memsim.json").read_text())
+    del manifest["index_axes"]  # as an earlier memsim wrote it
+    (compact / "_memsim.json").write_text(json.dumps(manifest))
+    code, _, err = memsim("sweep", compact.parent / "spec.toml", "-o", compact, "--quiet")
+    assert one_line_error(code, err) and "part layout" in err
+
+
 def test_a_stray_part_of_another_layout_is_not_read(memsim, spec, four, tmp_path):
     other = sweep_in_shards(spec, tmp_path / "one", n=1)
     shutil.copy(other / "part-00000-of-00001.parquet", four)

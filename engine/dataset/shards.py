@@ -21,7 +21,15 @@ from engine.configure.grid import build_grid
 from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.location import Location, filesystem, is_local, locate, read_json  # noqa: F401 (re-exported)
-from engine.dataset.store import MANIFEST, check_manifest, check_shard_count, part_name, prepare_dataset, spec_digest
+from engine.dataset.store import (
+    MANIFEST,
+    check_manifest,
+    check_shard_count,
+    part_name,
+    prepare_dataset,
+    same_dataset,
+    spec_digest,
+)
 from engine.dataset.sweep import expected_bytes, run_sweep, shard_job, shard_range, stream
 from engine.errors import UserError
 
@@ -58,10 +66,11 @@ def prepare_remote(place: Location, grid, n_shards: int, force: bool) -> dict:
             raise UserError(f"{place.shown(MANIFEST)} is damaged ({str(err).splitlines()[0][:120]}): re-sweep into a "
                             "new location, or with --force to replace it") from None
         old = {}
-    same = old is None or (old.get("spec_digest") == spec_digest(grid) and old.get("n_shards") == n_shards)
+    same = old is None or same_dataset(old, grid, n_shards)
     if not same and not force:
-        raise UserError(f"{place.uri} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
-                        f"{old.get('n_shards')} shards); use a new location, or --force to replace it")
+        raise UserError(f"{place.uri} holds a sweep of another spec, shard count or part layout (digest "
+                        f"{old.get('spec_digest')}, {old.get('n_shards')} shards); use a new location, or --force to "
+                        "replace it")
     if not same:
         for info in place.fs.get_file_info(pafs.FileSelector(place.base, recursive=True)):
             if PART.search(info.path) or MARKER.search(info.path):

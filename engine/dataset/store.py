@@ -18,6 +18,7 @@ temporary names carry the host and process id, so two writers never share one.
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
 import time
@@ -37,6 +38,7 @@ from engine.dataset.location import Location
 from engine.dataset.locks import locked
 from engine.dataset.provenance import provenance
 from engine.errors import UserError
+from engine.inputs.vocabulary import INPUTS
 
 MANIFEST = "_memsim.json"
 DATASET_LOCK = "_memsim.lock"
@@ -61,8 +63,6 @@ def spec_digest(grid) -> str:
         h.update(json.dumps([axis.name, axis.fields, axis.labels], default=str).encode())
         h.update(axis.words.tobytes())
     h.update(grid.base.tobytes())
-    if grid.spec.output.get("compact", False):  # its parts hold no axis columns: not one dataset with parts that do
-        h.update(b"compact: axes derived from the index")
     return h.hexdigest()[:16]
 
 
@@ -100,7 +100,41 @@ def check_manifest(manifest) -> dict:
             raise ValueError(f"{key} must be an integer from {low:,} to {high:,}, got {value!r:.40}")
     if not isinstance(manifest.get("spec_digest"), str):
         raise TypeError(f"spec_digest must be text, got {manifest.get('spec_digest')!r:.40}")
+    if "index_axes" in manifest:
+        check_index_axes(manifest["index_axes"], manifest["total"])
     return manifest
+
+
+def check_index_axes(index_axes, total: int) -> None:
+    """A compact sweep's index_axes (configure/grid.py) as the view builds SQL from them: integer strides and
+    radices, each column an input's name, a finite scalar label per digit; else ValueError saying what is not."""
+    if not isinstance(index_axes, list):
+        raise ValueError("index_axes must be a list")
+    for axis in index_axes:
+        if not isinstance(axis, dict) or not isinstance(axis.get("columns"), list):
+            raise ValueError(f"an index axis must hold its columns, got {axis!r:.60}")
+        for key in ("stride", "radix"):
+            value = axis.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max(total, 1):
+                raise ValueError(f"an index axis' {key} must be an integer from 1 to {total:,}, got {value!r:.40}")
+        for column in axis["columns"]:
+            if not (isinstance(column, list) and len(column) == 2 and column[0] in INPUTS):
+                raise ValueError(f"an index axis column must be an input's name and its labels, got {column!r:.60}")
+            labels = column[1]
+            if not isinstance(labels, list) or len(labels) != axis["radix"] or not all(map(finite_scalar, labels)):
+                raise ValueError(f"{column[0]}'s labels must be {axis['radix']} numbers, texts or booleans")
+
+
+def finite_scalar(value) -> bool:
+    return isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def same_dataset(old: dict, grid, n_shards: int) -> bool:
+    """Whether shards of this grid join the dataset `old` describes: one spec, one shard count, and one layout of
+    the parts (compact parts written before index_axes store their axes; the new ones do not)."""
+    compact = bool(grid.spec.output.get("compact", False))
+    return (old.get("spec_digest") == spec_digest(grid) and old.get("n_shards") == n_shards
+            and ("index_axes" in old) == compact)
 
 
 # --- the dataset directory ------------------------------------------------------------------------------------
@@ -142,11 +176,12 @@ def prepare_dataset(out_dir: Path, grid, n_shards: int, force: bool) -> dict:
                 raise
             old = {}
         if old is not None:
-            same = old.get("spec_digest") == manifest["spec_digest"] and old.get("n_shards") == n_shards
+            same = same_dataset(old, grid, n_shards)
             if not same and not force:
                 raise UserError(
-                    f"{out_dir} holds a sweep of another spec or shard count (digest {old.get('spec_digest')}, "
-                    f"{old.get('n_shards')} shards); use a new directory, or --force to replace it"
+                    f"{out_dir} holds a sweep of another spec, shard count or part layout (digest "
+                    f"{old.get('spec_digest')}, {old.get('n_shards')} shards); use a new directory, or --force to "
+                    "replace it"
                 )
             if not same:
                 clear_dataset(out_dir)
