@@ -51,6 +51,7 @@ from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetc
 from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
 from engine.model.split import (
     block_params_per_gpu,
+    evaluated_rank_layers,
     evaluated_rank_params,
     params_per_gpu,
     trainable_params_per_gpu,
@@ -112,6 +113,9 @@ class Rank(NamedTuple):
     first_params: int  # ... of the first, middle and last ranks evaluated (peak.stage_share's proportions)
     middle_params: int
     last_params: int
+    first_layers: int  # transformer layers on the first, middle and last ranks evaluated (split.rank_layers)
+    middle_layers: int
+    last_layers: int
 
 
 NO_RANK_TERMS = (0,) * (len(Rank._fields) - 2)  # a layout too large to count: every term after columns and reason
@@ -139,6 +143,7 @@ def rank_terms(c):
     columns = RankColumns(weight_bytes=device_weight_bytes(c), grad_bytes=device_grad_bytes(c),
                           optimizer_bytes=device_optimizer_bytes(c))
     stage, first, middle, last = stage_params_of_ranks(c)
+    first_layers, middle_layers, last_layers = evaluated_rank_layers(c)
     moe_split = split_bytes_per_token(c, True) if n_moe_layers(c) > 0 else 0
     return Rank(
         columns=columns,
@@ -173,6 +178,9 @@ def rank_terms(c):
         first_params=first,
         middle_params=middle,
         last_params=last,
+        first_layers=first_layers,
+        middle_layers=middle_layers,
+        last_layers=last_layers,
     )
 
 

@@ -28,7 +28,7 @@ from engine.model.flops import (
     recompute_matmul_share,
 )
 from engine.model.params import expert_params, n_moe_layers
-from engine.model.split import layers_per_stage, params_per_gpu
+from engine.model.split import params_per_gpu
 from engine.model.states import compute_bytes, frozen
 
 # fp8 matmuls (Transformer Engine, torchao Float8Linear) cast each input and each output gradient: an amax read
@@ -63,9 +63,9 @@ def local_tokens_float(c):
 
 
 @formula
-def stage_layers(c):
+def stage_layers(c, r):
     """(dense, MoE) layers of the most loaded stage: the one with the most MoE blocks (split.py)."""
-    lps = layers_per_stage(c)
+    lps = max(r.first_layers, r.middle_layers, r.last_layers)  # split.layers_per_stage, held by the layout's Rank
     moe = min(lps, n_moe_layers(c))
     return float(lps - moe), float(moe)
 

@@ -28,7 +28,7 @@ from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_for
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
 from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
-from engine.model.split import rank_layers, stage_ranks
+from engine.model.split import evaluated_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
     in_flight_bytes,
@@ -131,7 +131,7 @@ def saved_cast_bytes(c, r, rank, last):
         return head_cast_bytes(c) if last else 0
     casts = stage_cast_bytes(c, r, rank)
     if c.checkpointing == Ckpt.FULL:
-        layers = rank_layers(c, rank)
+        layers = evaluated_layers(c, r, rank)
         return ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
     return 0 if c.checkpointing == Ckpt.SELECTIVE_OP else casts
 
@@ -166,7 +166,7 @@ def backward_temp_bytes(c, r, rank, last, layer_acts):
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
     compute = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes
-    freed = ceil_div(layer_acts, max(rank_layers(c, rank), 1))
+    freed = ceil_div(layer_acts, max(evaluated_layers(c, r, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
     loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
     if last:
@@ -188,7 +188,7 @@ def stage_peak(c, r, rank, with_eval):
     fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
-    graph = held_graph_bytes(c, rank_layers(c, rank))  # ... and what its graph's nodes hold after backward
+    graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
         # the model's forward has returned and its loss not begun: these logits, and the last micro-step's logits
         # and graph, alive together (held.py)
@@ -261,7 +261,7 @@ def eval_temp_bytes(c, r, rank, last):
     (outputs_held), and the larger of one layer's forward and the loss's."""
     casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
     buckets = stage_share(c, r, rank, buckets_bytes(c, r, False))
-    held = held_logits_bytes(c, last) + held_graph_bytes(c, rank_layers(c, rank))
+    held = held_logits_bytes(c, last) + held_graph_bytes(c, evaluated_layers(c, r, rank))
     return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, r, last)
 
 

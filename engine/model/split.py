@@ -65,6 +65,27 @@ def rank_layers(c, rank):
 
 
 @formula
+def evaluated_rank_layers(c):
+    """Layers of the first, middle and last ranks evaluated (stage_ranks)."""
+    first, middle, last = stage_ranks(c)
+    return rank_layers(c, first), rank_layers(c, middle), rank_layers(c, last)
+
+
+@formula
+def evaluated_layers(c, r, rank):
+    """rank_layers(c, rank) of a rank the step evaluates (stage_ranks), as the layout's levels.Rank holds it: worked
+    out once per layout rather than in every phase of every workload."""
+    first, middle, last = stage_ranks(c)
+    if rank == first:
+        return r.first_layers
+    if rank == middle:
+        return r.middle_layers
+    if rank == last:
+        return r.last_layers
+    return rank_layers(c, rank)
+
+
+@formula
 def stage_ranks(c):
     """The ranks evaluated: first, middle (the most loaded one; the first when p < 3) and last."""
     return 0, 1 if c.pp > 2 else 0, c.pp - 1

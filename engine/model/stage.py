@@ -23,7 +23,7 @@ from engine.model.common import ceil_div, formula
 from engine.model.loss import pipeline_kept_loss_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.pipeline import in_flight
-from engine.model.split import layers_per_stage, rank_layers
+from engine.model.split import evaluated_layers, layers_per_stage
 from engine.model.states import compute_bytes
 
 
@@ -146,7 +146,7 @@ def offloaded_activation_bytes(c, r):
 @formula
 def rank_microbatch_activation_bytes(c, r, rank):
     """What the transformer layers of pipeline rank `rank` keep for one micro-batch."""
-    layers = rank_layers(c, rank)
+    layers = evaluated_layers(c, r, rank)
     moe_layers = min(layers, n_moe_layers(c))
     return layers_activation_bytes(c, r, layers - moe_layers, moe_layers)
 

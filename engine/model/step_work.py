@@ -128,7 +128,7 @@ def step_work(c, r):
     if not has_dims(c):
         return NO_WORK
     m, n = local_tokens_float(c), float(c.grad_accum)  # tokens per micro-batch, micro-batches per step
-    dense, moe = stage_layers(c)
+    dense, moe = stage_layers(c, r)
     mm_flops, mm_bytes = matmul_work(c, m, dense, moe)
     ex_flops, ex_bytes = expert_work(c, m, moe)
     dp, window = dp_bytes(c, r)
