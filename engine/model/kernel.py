@@ -29,7 +29,7 @@ from engine.model.sweep_kernel import sweep_chunk
 UNSET = np.iinfo(np.int64).min
 PYTHON_SECONDS_PER_ROW = 0.45e-3  # the scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py)
 KERNEL_LOAD_SECONDS = 0.65  # the compiled kernel loaded from a warm on-disk cache, first call
-KERNEL_COMPILE_SECONDS = 60.0  # the kernel built on a cold cache: 56-62 s wall on two idle cores (sweep_kernel.py)
+KERNEL_COMPILE_SECONDS = 60.0  # the kernel built on a cold cache: 56-69 s wall on two idle cores (sweep_kernel.py)
 PROGRESS_SECONDS = 15.0  # how often a compile in progress says how long it has taken
 DP_GIVEN = 2  # split.degrees: a resolved record's dp and n_gpus are kept as they are
 log = logging.getLogger("memsim")

@@ -25,8 +25,9 @@ from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table
 
 # The rank, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
-# cold compile takes 56-62 s instead of 94 s on two cores (78 s with the step alone inlined), for a kernel ~7%
-# slower (paired runs of bench_sweep's 10^7 grid: 17.3-19.6 against 18.6-20.7 M/s). device_terms, a few additions
+# cold compile takes 56-69 s instead of 94 s on two cores (78 s with the step alone inlined). The calls cost ~7% of
+# the kernel's rate, which the step's layer counts held by the Rank (split.evaluated_layers) won back (paired runs of
+# bench_sweep's 10^7 grid against one inlined kernel: 17.7-20.5 vs 17.2-19.6 M/s). device_terms, a few additions
 # per row, stays inlined.
 rank_terms = numba.njit(cache=True, nogil=True)(levels.rank_terms)
 step_terms = numba.njit(cache=True, nogil=True)(levels.step_terms)
