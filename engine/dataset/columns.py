@@ -113,4 +113,3 @@ def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Ta
     columns.update(output_columns(values, names_))
     schema = pa.schema([pa.field(n, a.type, nullable=n in NULLABLE) for n, a in columns.items()])
     return pa.Table.from_arrays(list(columns.values()), schema=schema)
-

@@ -218,7 +218,8 @@ class PartWriter:
     Encodings, chosen by measurement (benchmarks/bench_sweep.py): the axes and the categorical outputs are small
     dictionaries of labels (dictionary pages, direct from their Arrow dictionaries, where PLAIN would spell out
     every label: 12% off a full row group's write); every other column is PLAIN, since the writer's dictionary
-    hashing costs more per value than the compression of its long runs does; the index is delta encoded; statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
+    hashing costs more per value than the compression of its long runs does; the index is delta encoded;
+    statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes.
     Every page carries a CRC-32 and the bytes are hashed as they are written (engine/dataset/checksum.py).
 
     `out_dir` is a local directory (written with open() and os.replace) or a Location, written through its
