@@ -27,9 +27,11 @@ ROTARY_BYTES = 2 * 8 * 4  # inv_freq and original_inv_freq: head_dim / 2 fp32 ea
 TINY_MOE = {**TINY, "model": "tiny-mixtral", "n_experts": 4, "top_k": 2, "moe_d_ff": 32, "d_ff": 32}
 
 
-def test_one_rank_world_equals_the_single_gpu_harness_to_the_byte():
-    # The tracker beneath DTensor (TrackedFakeMode) must log what the single-GPU LiveBytes mode logs.
-    case = {**TINY, "precision": "amp_bf16", "attention": "flash", "n_kv_heads": 2, "grad_accum": 2}
+@pytest.mark.parametrize("loop", [{}, {"outputs_held": True, "shifted_logits": True}], ids=["plain", "held_shifted"])
+def test_one_rank_world_equals_the_single_gpu_harness_to_the_byte(loop):
+    # The tracker beneath DTensor (TrackedFakeMode) must log what the single-GPU LiveBytes mode logs, and the world's
+    # loop must run the single-GPU loop's forward where a recipe changes it (outputs_held, shifted_logits).
+    case = {**TINY, "precision": "amp_bf16", "attention": "flash", "n_kv_heads": 2, "grad_accum": 2, **loop}
     single = measure_case(case, "fake")
     c = resolve(case)
     world = summarize(run_rank(c), c)
@@ -117,6 +119,35 @@ def test_expert_parallel_rank_holds_its_share_of_the_experts():
     assert ep["measured_rank_params"] * 4 == one["measured_rank_params"]  # FSDP over 4, experts over ep=4
 
 
+def test_fsdp1_rank0_brings_its_host_copy_to_the_device_and_shards_it():
+    # fsdp_wrap = fsdp1 (fsdp1_init.py): rank 0 holds the model in host RAM; FSDP1 copies each unit to the device and
+    # broadcasts it (one bucket per unit here: every unit is under 250 MiB), then flattens and shards it. So the
+    # broadcast buckets hold every parameter and buffer once, the rank ends up with P/4 parameters (every unit's
+    # numel divides by 4: no padding), and the reserved-memory replay starts with the initialisation.
+    c = resolve({**TINY, "dp": 4, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1"})
+    run = run_rank(c)
+    lb = run.lb
+    init = [r for r in lb.records if lb.marks["init"] <= r.born < lb.marks["step0"] and not r.host]
+    assert sum(r.nbytes for r in init if r.dtype == "uint8") == 4 * TINY_PARAMS + ROTARY_BYTES
+    assert summarize(run, c)["measured_rank_params"] == TINY_PARAMS // 4
+    assert min(r.born for r in init) < lb.marks["step0"]
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ([100, 200, 300], [300, 300]),  # 100 + 200 reaches 250: closed; 300 alone is a bucket
+    ([100, 100, 10], [210]),  # never reaches 250: closed at the end
+    ([250], [250]),  # exactly the size closes a bucket (Llama-2 7B's 32000 x 4096 bf16 embedding is 250 MiB)
+])
+def test_broadcast_buckets_close_at_250_mib(sizes, expected):
+    import torch
+
+    from engine.checks.measure.fsdp1_init import broadcast_buckets
+
+    mib = 2**20
+    tensors = [torch.empty(n * mib, dtype=torch.uint8, device="meta") for n in sizes]
+    assert broadcast_buckets(tensors) == [n * mib for n in expected]
+
+
 @pytest.mark.parametrize("override, word", [
     ({"tp": 2, "pp": 2, "grad_accum": 4}, "pipeline"), ({"ep": 2, "dp": 2}, "experts"),
     ({"dp": 2, "zero_stage": 1}, "zero_stage"), ({"dp": 2, "offload": "optimizer"}, "offload"),
@@ -124,6 +155,7 @@ def test_expert_parallel_rank_holds_its_share_of_the_experts():
     ({"pp": 2, "grad_accum": 1}, "grad_accum"), ({"tp": 2, "tp_plan": "hf", "sp": True}, "tp_plan"),
     ({"dp": 2, "ffn_type": "gelu", "norm_type": "layernorm", "linear_bias": "all"}, "dp=2"),
     ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
+    ({"dp": 2, "tp": 2, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1"}, "fsdp1"),
 ])
 def test_unsupported_layout_is_one_line_user_error(override, word):
     assert_refused({**TINY, **override}, word)

@@ -146,7 +146,9 @@ def replay_log(lb, config: AllocatorConfig = AllocatorConfig(), steps: int | Non
     ``replay_log(lb, EXPANDABLE, steps=3)`` the same with expandable segments over three steps.
     """
     start, end = lb.marks[f"step{last_step}"], lb.marks[f"end{last_step}"]
-    since = lb.marks.get("step0")  # training begins: the harness's setup transients are not replayed
+    # training begins: the harness's setup transients are not replayed; or FSDP1 starts bringing rank 0's host copy
+    # of the model to the GPU (fsdp1_init.py), whose transients the cache keeps into training
+    since = lb.marks.get("init", lb.marks.get("step0"))
     if steps is None or steps <= last_step + 1:
         return replay_records(lb.records, config, capacity_bytes, stream_of, until=end, since=since)
     extra, unmatched = repeated_step_events(lb.records, start, end, steps - last_step - 1)

@@ -18,9 +18,10 @@ HARNESS = {
     "ddp_grad_as_bucket_view": False,  # DDP's default
     "fsdp_param_dtype": "",  # MixedPrecisionPolicy.param_dtype ("" = the parameters' own dtype)
     "fsdp_reduce_dtype": "",  # MixedPrecisionPolicy.reduce_dtype ("" = param_dtype)
-    "fsdp_wrap": "blocks",  # blocks: fully_shard on each decoder block, then the root; hf: transformers' plan
+    "fsdp_wrap": "blocks",  # blocks: fully_shard on each decoder block, then the root; hf: transformers' plan;
+    # fsdp1: FSDP1 FullyShardedDataParallel from rank 0's host copy (parallel_apply.apply_fsdp1, fsdp1_init.py)
 }
-FSDP_WRAPS = ("blocks", "hf")
+FSDP_WRAPS = ("blocks", "hf", "fsdp1")
 TP_PLANS = ("dtensor", "hf")
 DTYPES = ("", "float32", "bfloat16", "float16")
 # Recipe knobs the multi-GPU paths run only at their defaults (the single-GPU harness measures the others).
@@ -105,7 +106,7 @@ def _check_layout(c: dict, h: dict) -> None:
     # FSDP2 is framework 'fsdp' with a MixedPrecisionPolicy under amp (bf16 parameters, as torchtitan runs it),
     # or framework 'pytorch' at zero_stage 2/3: fp32 parameters under torch.autocast, no MixedPrecisionPolicy.
     fsdp = c["framework"] == "fsdp" or z > 0
-    if fsdp and z not in (2, 3):
+    if fsdp and z not in (2, 3) and not (z == 0 and h["fsdp_wrap"] == "fsdp1"):
         raise UserError(f"zero_stage={z} has no PyTorch implementation; FSDP2 is zero_stage 3 (FULL_SHARD) or 2 "
                         "(SHARD_GRAD_OP)")
     amp = c["precision"].startswith("amp")
@@ -149,8 +150,11 @@ def _check_layout(c: dict, h: dict) -> None:
             raise UserError("expert parallelism runs transformers' FSDP plan (fsdp_wrap='hf'), whose mixed precision "
                             "is bf16 parameters with fp32 reduction or none")
         return
-    if h["fsdp_wrap"] != "blocks":
+    if h["fsdp_wrap"] == "hf":
         raise UserError("fsdp_wrap='hf' (transformers' FSDP plan) is measured with expert parallelism only")
+    if h["fsdp_wrap"] == "fsdp1" and (t > 1 or p > 1 or cp > 1 or z == 1 or c["fsdp_groups"] != "root"):
+        raise UserError("fsdp_wrap='fsdp1' (FSDP1, FullyShardedDataParallel) is measured on data parallelism alone: "
+                        "tp=pp=cp=1, zero_stage 0 (NO_SHARD), 2 or 3, fsdp_groups='root'")
     if cp > 1:
         if not fsdp or t > 1:
             raise UserError("context parallelism is measured with FSDP2 over dp*cp (framework='fsdp', tp=1)")

@@ -9,6 +9,9 @@ the layout names does it, with that framework's own code:
                                                      reshard_after_forward = (zero_stage == 3);
                                                      MixedPrecisionPolicy(bf16 params, fp32 reduce) for amp_bf16;
                                                      CPUOffloadPolicy for offload=optimizer_params
+    ... with fsdp_wrap=fsdp1                         FSDP1 ``FullyShardedDataParallel`` as accelerate and fsdp_qlora
+                                                     wrap it (apply_fsdp1; NO_SHARD at zero_stage 0), rank 0's host
+                                                     copy brought to the device unit by unit (fsdp1_init.py)
     tp>1, tp_plan=dtensor                            ``parallelize_module`` with torchtitan's Llama plan
                                                      (Colwise q/k/v/gate/up, Rowwise o/down, vocab-parallel
                                                      embedding and head; SequenceParallel norms when sp;
@@ -76,6 +79,41 @@ def apply_fsdp(model, c: dict, mesh, blocks) -> None:
         head = [model.model.norm, model.get_output_embeddings()]
         fully_shard(head, mesh=mesh, **{**kw, "reshard_after_forward": False})
     fully_shard(model, mesh=mesh, **kw)
+
+
+def apply_fsdp1(model, c: dict, blocks):
+    """FSDP1 (``FullyShardedDataParallel``, the API behind accelerate's and the HF Trainer's FSDP, llama-recipes and
+    Answer.AI's fsdp_qlora) as those wrap a model (``fsdp_wrap = fsdp1``): each decoder block, and each leaf
+    module with a trainable weight (LoRA's A and B: FSDP1 without use_orig_params needs one requires_grad per
+    flat parameter; peft's fsdp_auto_wrap_policy, fsdp_qlora's get_wrapping_policy), then the root;
+    ``use_orig_params=False``, ``limit_all_gathers=True``; FULL_SHARD at zero_stage 3, SHARD_GRAD_OP at 2, NO_SHARD
+    at 0 (fsdp_qlora's 'ddp');
+    MixedPrecision from the case's fsdp_param_dtype / fsdp_reduce_dtype; CPUOffload for offload=optimizer_params.
+    Returns the wrapped root, the module the step calls."""
+    import functools
+
+    import torch
+    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import _or_policy, lambda_auto_wrap_policy, transformer_auto_wrap_policy
+
+    h = with_harness(c)
+    block_types = {type(b) for b in blocks}
+    trainable_leaf = lambda m: (not list(m.children()) and getattr(m, "weight", None) is not None  # noqa: E731
+                                and m.weight.requires_grad)
+    policy = functools.partial(_or_policy, policies=[
+        functools.partial(lambda_auto_wrap_policy, lambda_fn=trainable_leaf),
+        functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=block_types)])
+    mp = None
+    if h["fsdp_param_dtype"]:
+        param = getattr(torch, h["fsdp_param_dtype"])
+        reduce = getattr(torch, h["fsdp_reduce_dtype"]) if h["fsdp_reduce_dtype"] else param
+        mp = MixedPrecision(param_dtype=param, reduce_dtype=reduce, buffer_dtype=param)
+    strategy = {3: ShardingStrategy.FULL_SHARD, 2: ShardingStrategy.SHARD_GRAD_OP}.get(c["zero_stage"],
+                                                                                      ShardingStrategy.NO_SHARD)
+    return FSDP(model, sharding_strategy=strategy, auto_wrap_policy=policy, use_orig_params=False,
+                limit_all_gathers=True, device_id=torch.device("cpu"), mixed_precision=mp,
+                cpu_offload=CPUOffload(offload_params=True) if c["offload"] == "optimizer_params" else None)
 
 
 def apply_ddp(model, c: dict):

@@ -17,11 +17,13 @@ from engine.checks.measure.buffer_tags import tagging
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
 from engine.checks.measure.distributed import RankLiveBytes, TrackedFakeMode, fake_world, local
+from engine.checks.measure.fsdp1_init import rank0_host_init
 from engine.checks.measure.fake_tensor_patches import host_meshes, offload_copies, shadow_shapes, storage_resizes
 from engine.checks.measure.labels import ModuleLabels
 from engine.checks.measure.moe import moe_semantics
 from engine.checks.measure.parallel import with_harness, world_size
-from engine.checks.measure.parallel_apply import apply_ddp, apply_fsdp, apply_tp, hf_distribute, uses_autocast
+from engine.checks.measure.parallel_apply import (apply_ddp, apply_fsdp, apply_fsdp1, apply_tp, hf_distribute,
+                                                  uses_autocast)
 from engine.checks.measure.parallel_step import train_step
 from engine.checks.measure.single_gpu import MEASURED_STEP
 from engine.checks.measure.train import AMP_DTYPE, HALF_DTYPE, host_state_tensors, make_optimizer, state_tensors
@@ -72,6 +74,10 @@ def _distribute(model, c: dict, lb):
         fsdp_mesh = mesh._flatten("dp_cp") if c["dp"] > 1 else mesh["cp"]
         apply_fsdp(model, c, fsdp_mesh, blocks)
         return model, mesh["cp"]
+    if (c["framework"] == "fsdp" or c["zero_stage"] > 0) and h["fsdp_wrap"] == "fsdp1":
+        lb.mark("init")  # the replay starts here: FSDP1 brings rank 0's host copy to the GPU (fsdp1_init.py)
+        with rank0_host_init(lb, model):
+            return apply_fsdp1(model, c, blocks), None
     if c["framework"] == "fsdp" or c["zero_stage"] > 0:
         apply_fsdp(model, c, mesh, blocks)
         return model, None

@@ -7,6 +7,8 @@
 * cp: forward and backward inside ``context_parallel`` over input ids, labels and positions;
 * loss_parallel: forward and backward inside ``loss_parallel()``;
 * DDP with grad_accum > 1: ``no_sync()`` on every micro-step but the last;
+* outputs_held / shifted_logits (data parallelism alone): the single-GPU loop's forward and loss
+  (``train._held_forward_loss``, ``train._shifted_logits``), as fsdp_qlora's loop runs it;
 * pp: the schedule's ``step`` runs the micro-batches (parallel_pipeline.py).
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import torch
+
+from engine.checks.measure import train
 
 
 def _micro_step(model, c: dict, lb, cp_mesh, autocast, sync: bool) -> None:
@@ -41,7 +45,12 @@ def _micro_step(model, c: dict, lb, cp_mesh, autocast, sync: bool) -> None:
         if not sync:
             stack.enter_context(model.no_sync())
         with autocast():
-            loss = model(input_ids=ids, labels=labels, **kwargs).loss
+            if c["outputs_held"]:  # data parallelism alone (recipes.check): the single-GPU loop's forward
+                loss = train._held_forward_loss(model, ids, c, lb)
+            elif c["shifted_logits"]:
+                loss = train._shifted_loss(train._shifted_logits(model, ids), ids, c["vocab"])
+            else:
+                loss = model(input_ids=ids, labels=labels, **kwargs).loss
         if c["grad_accum"] > 1:
             loss = loss / c["grad_accum"]
         lb.mark(f"backward{lb.step}.{lb.micro}")

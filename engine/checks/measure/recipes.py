@@ -71,10 +71,13 @@ def check(c: dict) -> None:
     if changed and parallel.needs_world(c):
         raise UserError(f"{', '.join(changed)} are measured on one device; the simulated multi-GPU world "
                         "(parallel_run) does not run them yet")
-    if c["outputs_held"] and (c["loss_impl"] != "standard" or parallel.needs_world(c)):
-        raise UserError("outputs_held is measured on one device with loss_impl='standard' (the logits held)")
-    if c["shifted_logits"] and (c["loss_impl"] != "standard" or parallel.needs_world(c)):
-        raise UserError("shifted_logits is measured on one device with loss_impl='standard' (transformers' own loss)")
+    data_parallel_only = max(c["tp"], c["pp"], c["cp"], c["ep"]) == 1
+    if c["outputs_held"] and (c["loss_impl"] != "standard" or not data_parallel_only):
+        raise UserError("outputs_held is measured with loss_impl='standard' (the logits held) on one device or data "
+                        "parallelism alone")
+    if c["shifted_logits"] and (c["loss_impl"] != "standard" or not data_parallel_only):
+        raise UserError("shifted_logits is measured with loss_impl='standard' (transformers' own loss) on one device "
+                        "or data parallelism alone")
     if c["activation_offload"] and c["checkpointing"] == "selective_op":
         raise UserError("activation_offload is measured with checkpointing 'full' (torchtune) or 'none', "
                         "not 'selective_op'")

@@ -1,0 +1,88 @@
+"""FSDP1's initialisation on rank 0 when the model was loaded into host RAM: what it allocates on the GPU.
+
+Answer.AI's fsdp_qlora (``low_memory``, its default) and accelerate (``fsdp_cpu_ram_efficient_loading``) load the
+checkpoint on rank 0 only, into host RAM (the other ranks build the model on the meta device), empty the CUDA
+cache, and let ``FullyShardedDataParallel(..., device_id=..., sync_module_states=True)`` bring it to the GPUs.
+FSDP1 does so unit by unit, children before their parent (torch/distributed/fsdp/_init_utils.py,
+``_init_param_handle_from_module``):
+
+1. ``_move_module_to_device``: the unit's host parameters and buffers are copied to the GPU (``param.data =
+   param.to(device)``), each a new allocation;
+2. ``_sync_module_params_and_buffers``: rank 0 broadcasts them (``dist._broadcast_coalesced``, buckets of
+   ``PARAM_BROADCAST_BUCKET_SIZE`` = 250 MiB): torch/csrc/distributed/c10d/comm.cpp ``broadcast_coalesced``
+   flattens each bucket into a new tensor (``BroadcastWork``: ``flatten_dense_tensors``), at most two buckets in
+   flight, and frees each once copied back; a bucket closes when it reaches the size, so a larger tensor is a
+   bucket of its own (``compute_bucket_assignment_by_size``, one open bucket per dtype);
+3. ``FlatParamHandle``: the unit's parameters are flattened into one new tensor and sharded (a copy of this rank's
+   chunk), the unsharded flat parameter and the copied parameters freed.
+
+The harness runs FSDP1 itself on the simulated world, so step 3 is FSDP1's own code; steps 1 and 2 need a GPU
+(``sync_module_states`` refuses host parameters) and are emulated here, by size, exactly as the code above
+allocates. The caching allocator keeps what these transients reserved (the cache is not emptied after wrapping),
+and training starts with it: ``torch.cuda.reset_peak_memory_stats()`` at the start of training sets the reserved
+peak to what is reserved then, so a run's reported reserved peak is at least this phase's leftover.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from engine.checks.measure.fake_tensor_patches import patched
+
+BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024  # torch/distributed/fsdp/_init_utils.py PARAM_BROADCAST_BUCKET_SIZE
+BROADCASTS_IN_FLIGHT = 2  # torch/csrc/distributed/c10d/comm.cpp broadcast_coalesced: max_in_flight
+
+
+def broadcast_buckets(tensors: list[torch.Tensor], limit: int = BROADCAST_BUCKET_BYTES) -> list[int]:
+    """Bytes of each bucket ``broadcast_coalesced`` flattens, in the order it issues them: tensors join the open
+    bucket of their dtype, which closes once it holds ``limit`` bytes or more (the rest close at the end)."""
+    open_buckets: dict[torch.dtype, int] = {}
+    closed = []
+    for t in tensors:
+        size = open_buckets.get(t.dtype, 0) + t.numel() * t.element_size()
+        if size >= limit:
+            closed.append(size)
+            open_buckets.pop(t.dtype, None)
+        else:
+            open_buckets[t.dtype] = size
+    return closed + [b for b in open_buckets.values() if b]
+
+
+def emulate_broadcast(tensors: list[torch.Tensor]) -> None:
+    """Allocate and free the flattened buckets of rank 0's ``broadcast_coalesced``, two in flight."""
+    in_flight = []
+    for nbytes in broadcast_buckets(tensors):
+        if len(in_flight) >= BROADCASTS_IN_FLIGHT:
+            in_flight.pop(0)  # finish(): copied back into the tensors, the flat bucket freed
+        in_flight.append(torch.empty(nbytes, dtype=torch.uint8))
+    in_flight.clear()
+
+
+@contextmanager
+def rank0_host_init(lb, model: torch.nn.Module):
+    """While FSDP1 wraps ``model``: its parameters and buffers count as host memory (rank 0 loaded them there), and
+    each unit FSDP1 moves to the device is copied there and broadcast (steps 1 and 2 above)."""
+    from torch.distributed.fsdp import _init_utils
+
+    for t in list(model.parameters()) + list(model.buffers()):
+        rec = lb.record_of(t)
+        if rec is not None:
+            rec.host = True
+
+    def on_host(t: torch.Tensor) -> bool:
+        rec = lb.record_of(t)
+        return rec is not None and rec.host
+
+    def move_and_broadcast(original):
+        def move(params, buffers, device):
+            moved = [t for t in list(params) + list(buffers) if on_host(t)]
+            with torch.no_grad():
+                for t in moved:
+                    t.data = t.detach().clone()  # the host-to-device copy: a new device allocation
+            emulate_broadcast([t for t in moved])
+        return move
+
+    with patched(_init_utils, "_move_states_to_device", move_and_broadcast):
+        yield
