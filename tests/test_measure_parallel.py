@@ -156,6 +156,7 @@ def test_broadcast_buckets_close_at_250_mib(sizes, expected):
     ({"dp": 2, "ffn_type": "gelu", "norm_type": "layernorm", "linear_bias": "all"}, "dp=2"),
     ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
     ({"dp": 2, "tp": 2, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1"}, "fsdp1"),
+    ({"dp": 2, "framework": "fsdp", "zero_stage": 3, "offload": "optimizer_params", "fsdp_wrap": "fsdp1"}, "offload"),
 ])
 def test_unsupported_layout_is_one_line_user_error(override, word):
     assert_refused({**TINY, **override}, word)

@@ -14,8 +14,8 @@ figure, the trace's allocated and reserved peaks, memsim's, and the errors of bo
 Findings: data/measured/PARALLEL.md, "FSDP1 as fsdp_qlora runs it".
 
 What the harness does not run as train.py did: its checkpointing is transformers' non-reentrant one (train.py
-wraps each decoder layer in checkpoint_wrapper with CheckpointImpl.REENTRANT), and CPU offload runs FSDP2's
-(parallel_run.offload_copies), so the offload rows are left out by default.
+wraps each decoder layer in checkpoint_wrapper with CheckpointImpl.REENTRANT); FSDP1's CPU offload is not traced
+(this build's one device is the host), so the offload rows are refused.
 """
 
 from __future__ import annotations
