@@ -133,6 +133,15 @@ def test_fsdp1_rank0_brings_its_host_copy_to_the_device_and_shards_it():
     assert min(r.born for r in init) < lb.marks["step0"]
 
 
+def test_fsdp1_cpu_offload_keeps_the_shards_gradients_and_states_on_the_host():
+    # CPUOffload(offload_params=True): the fp32 shard (P/4), its pinned host gradient and AdamW's two moments are host
+    # memory, 4 x P/4 x 4 B; the device keeps only the rotary buffers between steps (fsdp1_init.offloaded_shards).
+    row = measure_case({**TINY, "dp": 4, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1",
+                        "offload": "optimizer_params"}, "fake")
+    assert row["measured_weight_bytes"] == ROTARY_BYTES
+    assert row["measured_host_bytes"] == 4 * 4 * TINY_PARAMS // 4
+
+
 @pytest.mark.parametrize("sizes, expected", [
     ([100, 200, 300], [300, 300]),  # 100 + 200 reaches 250: closed; 300 alone is a bucket
     ([100, 100, 10], [210]),  # never reaches 250: closed at the end
@@ -156,7 +165,6 @@ def test_broadcast_buckets_close_at_250_mib(sizes, expected):
     ({"dp": 2, "ffn_type": "gelu", "norm_type": "layernorm", "linear_bias": "all"}, "dp=2"),
     ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
     ({"dp": 2, "tp": 2, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1"}, "fsdp1"),
-    ({"dp": 2, "framework": "fsdp", "zero_stage": 3, "offload": "optimizer_params", "fsdp_wrap": "fsdp1"}, "offload"),
 ])
 def test_unsupported_layout_is_one_line_user_error(override, word):
     assert_refused({**TINY, **override}, word)

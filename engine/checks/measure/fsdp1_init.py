@@ -18,7 +18,16 @@ FSDP1 does so unit by unit, children before their parent (torch/distributed/fsdp
 
 The harness runs FSDP1 itself on the simulated world, so step 3 is FSDP1's own code; steps 1 and 2 need a GPU
 (``sync_module_states`` refuses host parameters) and are emulated here, by size, exactly as the code above
-allocates. The caching allocator keeps what these transients reserved (the cache is not emptied after wrapping),
+allocates.
+
+With ``CPUOffload(offload_params=True)`` (offload = optimizer_params) each unit's shard goes back to the host once made
+(``_init_param_handle_from_module``: ``handle.flat_param_to(cpu)``), is pinned (``_init_flat_param_attributes``, with a
+pinned host gradient ``_cpu_grad``), and is copied to the device before each all-gather (``FlatParamHandle
+.pre_unshard``: ``flat_param_to(self.device)``, on the pre-unshard stream) and dropped at reshard
+(``_use_sharded_flat_param``: ``flat_param.data = flat_param._local_shard``); the reduced gradient shard is copied into
+``_cpu_grad`` (``_offload_grad``). On this build the host is the device, so those moves are no-ops: here the shard is
+marked host when FSDP1 moves it there, pinning leaves a host tensor where it is, and ``pre_unshard`` makes the
+device copy a ``clone``. The caching allocator keeps what these transients reserved (the cache is not emptied after wrapping),
 and training starts with it: ``torch.cuda.reset_peak_memory_stats()`` at the start of training sets the reserved
 peak to what is reserved then, so a run's reported reserved peak is at least this phase's leftover.
 """
@@ -63,8 +72,9 @@ def emulate_broadcast(tensors: list[torch.Tensor]) -> None:
 @contextmanager
 def rank0_host_init(lb, model: torch.nn.Module):
     """While FSDP1 wraps ``model``: its parameters and buffers count as host memory (rank 0 loaded them there), and
-    each unit FSDP1 moves to the device is copied there and broadcast (steps 1 and 2 above)."""
-    from torch.distributed.fsdp import _init_utils
+    each unit FSDP1 moves to the device is copied there and broadcast (steps 1 and 2 above); an offloaded shard goes
+    back to the host."""
+    from torch.distributed.fsdp import _flat_param, _init_utils
 
     for t in list(model.parameters()) + list(model.buffers()):
         rec = lb.record_of(t)
@@ -84,5 +94,50 @@ def rank0_host_init(lb, model: torch.nn.Module):
             emulate_broadcast([t for t in moved])
         return move
 
-    with patched(_init_utils, "_move_states_to_device", move_and_broadcast):
+    def to_host_when_offloaded(original):
+        def flat_param_to(handle, *args, **kwargs):
+            original(handle, *args, **kwargs)
+            if handle._offload_params and torch.device(*args[:1]) == torch.device("cpu"):
+                lb.record_of(handle.flat_param).host = True
+        return flat_param_to
+
+    with patched(_init_utils, "_move_states_to_device", move_and_broadcast), \
+            patched(_flat_param.FlatParamHandle, "flat_param_to", to_host_when_offloaded):
         yield
+
+
+@contextmanager
+def offloaded_shards(lb):
+    """FSDP1's CPU offload in training (see above): pinned host tensors stay host, and each offloaded shard is copied
+    to the device before its all-gather."""
+    from torch.distributed.fsdp import _flat_param
+
+    def pinned(original):
+        def pin_memory(t, *args, **kwargs):
+            rec = lb.record_of(t)
+            if rec is not None:
+                rec.host = True
+            return t
+        return pin_memory
+
+    def copied_to_device(original):
+        def pre_unshard(handle):
+            ran = original(handle)
+            rec = lb.record_of(handle.flat_param)
+            if handle._offload_params and rec is not None and rec.host:
+                with torch.no_grad():
+                    handle.flat_param.data = handle.flat_param.detach().clone()  # the host-to-device copy
+                return True
+            return ran
+        return pre_unshard
+
+    had_synchronize = hasattr(torch.cpu.Stream, "synchronize")
+    if not had_synchronize:  # the post-backward callback waits for the copies to the host; this build's streams are
+        torch.cpu.Stream.synchronize = lambda stream: None  # synchronous and lack the method
+    try:
+        with patched(torch.Tensor, "pin_memory", pinned), \
+                patched(_flat_param.FlatParamHandle, "pre_unshard", copied_to_device):
+            yield
+    finally:
+        if not had_synchronize:
+            del torch.cpu.Stream.synchronize

@@ -152,11 +152,10 @@ def _check_layout(c: dict, h: dict) -> None:
         return
     if h["fsdp_wrap"] == "hf":
         raise UserError("fsdp_wrap='hf' (transformers' FSDP plan) is measured with expert parallelism only")
-    if h["fsdp_wrap"] == "fsdp1" and (not fsdp or t > 1 or p > 1 or cp > 1 or z == 1 or c["fsdp_groups"] != "root"
-                                      or c["offload"] != "none"):
+    if h["fsdp_wrap"] == "fsdp1" and (not fsdp or t > 1 or p > 1 or cp > 1 or z == 1 or c["fsdp_groups"] != "root"):
         raise UserError("fsdp_wrap='fsdp1' (FSDP1, FullyShardedDataParallel) is measured on data parallelism alone: "
                         "framework='fsdp' (or a zero_stage), tp=pp=cp=1, zero_stage 0 (NO_SHARD), 2 or 3, "
-                        "fsdp_groups='root', no offload (FSDP1's CPUOffload copies are not traced on this build)")
+                        "fsdp_groups='root'")
     if cp > 1:
         if not fsdp or t > 1:
             raise UserError("context parallelism is measured with FSDP2 over dp*cp (framework='fsdp', tp=1)")

@@ -88,12 +88,13 @@ def apply_fsdp1(model, c: dict, blocks):
     flat parameter; peft's fsdp_auto_wrap_policy, fsdp_qlora's get_wrapping_policy), then the root;
     ``use_orig_params=False``, ``limit_all_gathers=True``; FULL_SHARD at zero_stage 3, SHARD_GRAD_OP at 2, NO_SHARD
     at 0 (fsdp_qlora's 'ddp');
-    MixedPrecision from the case's fsdp_param_dtype / fsdp_reduce_dtype (no CPUOffload: parallel.check refuses it).
+    MixedPrecision from the case's fsdp_param_dtype / fsdp_reduce_dtype; CPUOffload for offload=optimizer_params
+    (its copies: fsdp1_init.py).
     Returns the wrapped root, the module the step calls."""
     import functools
 
     import torch
-    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import _or_policy, lambda_auto_wrap_policy, transformer_auto_wrap_policy
 
@@ -112,7 +113,8 @@ def apply_fsdp1(model, c: dict, blocks):
     strategy = {3: ShardingStrategy.FULL_SHARD, 2: ShardingStrategy.SHARD_GRAD_OP}.get(c["zero_stage"],
                                                                                       ShardingStrategy.NO_SHARD)
     return FSDP(model, sharding_strategy=strategy, auto_wrap_policy=policy, use_orig_params=False,
-                limit_all_gathers=True, device_id=torch.device("cpu"), mixed_precision=mp)
+                limit_all_gathers=True, device_id=torch.device("cpu"), mixed_precision=mp,
+                cpu_offload=CPUOffload(offload_params=c["offload"] == "optimizer_params"))
 
 
 def apply_ddp(model, c: dict):

@@ -17,7 +17,7 @@ from engine.checks.measure.buffer_tags import tagging
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
 from engine.checks.measure.distributed import RankLiveBytes, TrackedFakeMode, fake_world, local
-from engine.checks.measure.fsdp1_init import rank0_host_init
+from engine.checks.measure.fsdp1_init import offloaded_shards, rank0_host_init
 from engine.checks.measure.fake_tensor_patches import host_meshes, offload_copies, shadow_shapes, storage_resizes
 from engine.checks.measure.labels import ModuleLabels
 from engine.checks.measure.moe import moe_semantics
@@ -104,7 +104,8 @@ def run_rank(c: dict) -> Run:
         for ctx in (host_meshes(), shadow_shapes(), storage_resizes(lb), tagging(lb), moe_semantics(c)):
             stack.enter_context(ctx)
         if c["offload"] != "none":
-            stack.enter_context(offload_copies(lb))
+            fsdp1 = with_harness(c)["fsdp_wrap"] == "fsdp1"
+            stack.enter_context(offloaded_shards(lb) if fsdp1 else offload_copies(lb))
         with torch.device("meta"):
             model = build_model(c, dtype)
         n_params = sum(p.numel() for p in model.parameters())
