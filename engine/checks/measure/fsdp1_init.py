@@ -18,18 +18,18 @@ FSDP1 does so unit by unit, children before their parent (torch/distributed/fsdp
 
 The harness runs FSDP1 itself on the simulated world, so step 3 is FSDP1's own code; steps 1 and 2 need a GPU
 (``sync_module_states`` refuses host parameters) and are emulated here, by size, exactly as the code above
-allocates.
+allocates. The caching allocator keeps what these transients reserved (the cache is not emptied after wrapping), and
+training starts with it: ``torch.cuda.reset_peak_memory_stats()`` at the start of training sets the reserved peak to
+what is reserved then, so a run's reported reserved peak is at least this phase's leftover.
 
-With ``CPUOffload(offload_params=True)`` (offload = optimizer_params) each unit's shard goes back to the host once made
-(``_init_param_handle_from_module``: ``handle.flat_param_to(cpu)``), is pinned (``_init_flat_param_attributes``, with a
-pinned host gradient ``_cpu_grad``), and is copied to the device before each all-gather (``FlatParamHandle
-.pre_unshard``: ``flat_param_to(self.device)``, on the pre-unshard stream) and dropped at reshard
-(``_use_sharded_flat_param``: ``flat_param.data = flat_param._local_shard``); the reduced gradient shard is copied into
-``_cpu_grad`` (``_offload_grad``). On this build the host is the device, so those moves are no-ops: here the shard is
-marked host when FSDP1 moves it there, pinning leaves a host tensor where it is, and ``pre_unshard`` makes the
-device copy a ``clone``. The caching allocator keeps what these transients reserved (the cache is not emptied after wrapping),
-and training starts with it: ``torch.cuda.reset_peak_memory_stats()`` at the start of training sets the reserved
-peak to what is reserved then, so a run's reported reserved peak is at least this phase's leftover.
+With ``CPUOffload(offload_params=True)`` (offload = optimizer_params) each unit's shard goes back to the host once
+made (``_init_param_handle_from_module``: ``handle.flat_param_to(cpu)``), is pinned (``_init_flat_param_attributes``,
+with a pinned host gradient ``_cpu_grad``), and is copied to the device before each all-gather
+(``FlatParamHandle.pre_unshard``: ``flat_param_to(self.device)``, on the pre-unshard stream) and dropped at reshard
+(``_use_sharded_flat_param``: ``flat_param.data = flat_param._local_shard``); the reduced gradient shard is copied
+into ``_cpu_grad`` (``_offload_grad``). On this build the host is the device, so those moves are no-ops: here the
+shard is marked host when FSDP1 moves it there, pinning leaves a host tensor where it is, and ``pre_unshard`` makes
+the device copy a ``clone``.
 """
 
 from __future__ import annotations
