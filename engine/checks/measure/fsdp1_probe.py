@@ -1,6 +1,6 @@
 """Answer.AI's fsdp_qlora runs traced on the CPU with FSDP1, against the peaks it measured on GPUs and memsim.
 
-    python -m engine.checks.measure.fsdp1_probe                       # the 7B rows without CPU offload, ~12 min
+    python -m engine.checks.measure.fsdp1_probe                       # the 7B rows, 20-30 min on two cores
     python -m engine.checks.measure.fsdp1_probe aai-3090-llama2-7b-lora-c2048-b6 ...
 
 Each hardware row of data/golden/hardware.csv from Answer.AI (`aai-`) is a configuration of fsdp_qlora's train.py
@@ -14,8 +14,8 @@ figure, the trace's allocated and reserved peaks, memsim's, and the errors of bo
 Findings: data/measured/PARALLEL.md, "FSDP1 as fsdp_qlora runs it".
 
 What the harness does not run as train.py did: its checkpointing is transformers' non-reentrant one (train.py
-wraps each decoder layer in checkpoint_wrapper with CheckpointImpl.REENTRANT); FSDP1's CPU offload is not traced
-(this build's one device is the host), so the offload rows are refused.
+wraps each decoder layer in checkpoint_wrapper with CheckpointImpl.REENTRANT). FSDP1's CPU offload runs with its
+host-device copies emulated (fsdp1_init.offloaded_shards).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ GIB = 2**30
 
 
 def aai_rows(case_ids: list[str] | None = None) -> list[dict]:
-    """The Answer.AI hardware rows named, or by default those of Llama-2 7B without CPU offload."""
+    """The Answer.AI hardware rows named, or by default those of the 7B models (Llama 2, Mistral)."""
     from engine.checks.hardware import hardware_rows
 
     rows = hardware_rows({"answerai"})
@@ -38,7 +38,7 @@ def aai_rows(case_ids: list[str] | None = None) -> list[dict]:
         if missing:
             raise UserError(f"no Answer.AI hardware row {', '.join(missing)}; known: {', '.join(known)}")
         return [known[c] for c in case_ids]
-    return [r for r in rows if r["model"] == "llama-2-7b" and r["offload"] == "none"]
+    return [r for r in rows if r["model"] in ("llama-2-7b", "mistral-7b-v0.2")]
 
 
 def inputs_of(row: dict) -> dict:

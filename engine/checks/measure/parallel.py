@@ -113,9 +113,10 @@ def _check_layout(c: dict, h: dict) -> None:
     if c["framework"] == "pytorch" and z and h["fsdp_param_dtype"]:
         raise UserError("framework='pytorch' with zero_stage is FSDP2 under torch.autocast, no MixedPrecisionPolicy: "
                         "fsdp_param_dtype must be empty (framework='fsdp' sets one)")
-    if c["framework"] == "fsdp" and amp and not h["fsdp_param_dtype"]:
+    if c["framework"] == "fsdp" and amp and not h["fsdp_param_dtype"] and h["fsdp_wrap"] != "fsdp1":
         raise UserError("framework='fsdp' under amp is FSDP2 with a MixedPrecisionPolicy (fsdp_param_dtype); "
-                        "FSDP2 under torch.autocast is framework='pytorch' with zero_stage 2 or 3")
+                        "FSDP2 under torch.autocast is framework='pytorch' with zero_stage 2 or 3 (FSDP1 runs either: "
+                        "fsdp_wrap='fsdp1', as accelerate with mixed_precision 'no' and the Trainer's bf16=True)")
     if c["offload"] == "optimizer":
         raise UserError("offload='optimizer' has no FSDP2 form; FSDP2's CPUOffloadPolicy is offload='optimizer_params'")
     if c["offload"] != "none" and not (fsdp and t == p == cp == ep == 1):
