@@ -54,6 +54,14 @@ def test_bad_combination_is_one_line_and_exit_2(capsys, argv, says):
     assert code == 2 and out == "" and err.count("\n") == 1 and says in err, err
 
 
+def test_a_misspelt_harness_column_is_one_line_naming_it(capsys, tmp_path):
+    cases = tmp_path / "cases.csv"
+    cases.write_text("n_layers,d_model,n_heads,d_ff,vocab,dp,fsdp_wrapp\n2,64,4,128,256,2,fsdp1\n")
+    code = main(["measure", str(cases), "-o", str(tmp_path / "out.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "did you mean: fsdp_wrap" in err, err
+
+
 def test_an_unknown_set_is_argparse_one_line(capsys):
     with pytest.raises(SystemExit) as done:
         main(["measure", "--set", "cpu_fake", "-o", "x.csv"])

@@ -133,6 +133,25 @@ def test_fsdp1_rank0_brings_its_host_copy_to_the_device_and_shards_it():
     assert min(r.born for r in init) < lb.marks["step0"]
 
 
+def test_memsim_measure_takes_the_harness_columns_of_a_case_list(tmp_path):
+    # A case list may choose the harness's way of running a layout (fsdp_wrap = fsdp1); it reaches the harness, as
+    # the Python API's case does, and is written beside the inputs.
+    import csv
+
+    from engine.cli import main
+
+    case = {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 128, "vocab": 256, "seq_len": 32, "dp": 4,
+            "framework": "fsdp", "zero_stage": 3, "precision": "bf16"}
+    (tmp_path / "cases.csv").write_text(",".join([*case, "fsdp_wrap"]) + "\n"
+                                        + ",".join([*map(str, case.values()), "fsdp1"]) + "\n")
+    assert main(["measure", str(tmp_path / "cases.csv"), "-o", str(tmp_path / "out.csv")]) == 0
+    row = next(csv.DictReader(open(tmp_path / "out.csv")))
+    direct = measure_case({**case, "fsdp_wrap": "fsdp1"}, "fake")
+    assert row["fsdp_wrap"] == "fsdp1"
+    assert int(row["measured_reserved_peak_bytes"]) == direct["measured_reserved_peak_bytes"]
+    assert int(row["measured_allocated_peak_bytes"]) == direct["measured_allocated_peak_bytes"]
+
+
 def test_fsdp1_cpu_offload_keeps_the_shards_gradients_and_states_on_the_host():
     # CPUOffload(offload_params=True): the fp32 shard (P/4), its pinned host gradient and AdamW's two moments are host
     # memory, 4 x P/4 x 4 B; the device keeps only the rotary buffers between steps (fsdp1_init.offloaded_shards).

@@ -15,8 +15,8 @@ from engine.model.outputs import OUTPUTS
 INPUT_COLUMNS = [f.name for f in INPUT_FIELDS if f.name not in OUTPUTS]  # capacity_bytes is an output
 
 
-def read_cases(path: str | Path) -> list[dict]:
-    """A case list (CSV or Parquet) as one dict per row; every column must be a CONFIG.md input."""
+def read_cases(path: str | Path, extra: tuple[str, ...] = ()) -> list[dict]:
+    """A case list (CSV or Parquet) as one dict per row; every column must be a CONFIG.md input (or in `extra`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no case list at {path}")
@@ -29,7 +29,7 @@ def read_cases(path: str | Path) -> list[dict]:
         raise UserError(f"cannot read case list {path}: {str(err).splitlines()[0]}") from None
     if frame.height == 0:
         raise UserError(f"case list {path} has no rows")
-    check_columns(frame.columns)
+    check_columns(frame.columns, extra)
     return frame.to_dicts()
 
 

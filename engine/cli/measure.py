@@ -44,7 +44,10 @@ MODE_OPTIONS = {
 def add_parser(sub) -> None:
     p = sub.add_parser("measure", help=HELP, usage=USAGE, epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cases", nargs="?", help="CSV or Parquet case list (CONFIG.md columns; catalog model or dims)")
+    p.add_argument("cases", nargs="?",
+                   help="CSV or Parquet case list (CONFIG.md columns; catalog model or dims; and the harness's: rank, "
+                        "tp_plan, ddp_bucket_cap_mb, ddp_grad_as_bucket_view, fsdp_param_dtype, fsdp_reduce_dtype, "
+                        "fsdp_wrap = blocks | hf | fsdp1)")
     p.add_argument("--set", choices=list(SETS), help="regenerate a committed measured set (data/measured/)")
     p.add_argument("--anatomy", metavar="CASE", help="what CASE keeps for backward and holds at its peak")
     p.add_argument("--compiled", metavar="CASE", help="what torch.compile saves for backward in CASE's block and head")
@@ -102,21 +105,27 @@ def case_of(text: str) -> dict:
 
 
 def measure_table(rows: list[dict], device: str) -> pa.Table:
-    """`memsim estimate`'s columns for every case, plus the measured_* columns and library versions."""
+    """`memsim estimate`'s columns for every case, plus the measured_* columns and library versions. A row may carry
+    the harness's own columns (engine/checks/measure/parallel.py HARNESS: `fsdp_wrap = fsdp1`, `tp_plan`, ...), which
+    choose how a multi-GPU layout is run; they are passed to the harness and written beside the inputs."""
     from engine.ask.estimate import INPUT_COLUMNS, estimate_table
+    from engine.checks.measure.parallel import HARNESS
 
     load_harness()
     from engine.checks.measure import measure_case
 
+    harness = [{k: row.pop(k) for k in list(row) if k in HARNESS} for row in rows]
     table = estimate_table(rows)
     inputs = table.select(INPUT_COLUMNS).to_pylist()  # resolved: the model's dims, every default spelled out
     measured = []
     for i, case in enumerate(inputs):
         try:
-            m = measure_case(case, device)
+            m = measure_case({**case, **harness[i]}, device)
         except UserError as err:
             raise UserError(f"row {i + 1}: {err}") from None
         measured.append({k: v for k, v in m.items() if k.startswith("measure") or k.endswith("_version")})
+    for name in sorted({k for h in harness for k in h}, key=list(HARNESS).index):
+        table = table.append_column(name, pa.array([str(h.get(name, "") or "") for h in harness]))
     for name in measured[0]:
         table = table.append_column(name, pa.array([m[name] for m in measured]))
     return table
@@ -127,7 +136,9 @@ def run_measure(cases: str, output: str, device: str) -> pa.Table:
     from engine.atomic import output_path
 
     output_path(output)  # a path that cannot be written is refused before any work
-    table = measure_table(read_cases(cases), device)
+    from engine.checks.measure.parallel import HARNESS
+
+    table = measure_table(read_cases(cases, tuple(HARNESS)), device)
     write_table(table, output)
     return table
 

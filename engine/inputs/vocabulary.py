@@ -145,13 +145,15 @@ def is_choice(field: Field) -> bool:
     return isinstance(field.kind, type) and issubclass(field.kind, IntEnum)
 
 
-def check_columns(columns) -> None:
-    """Unknown column names are an error that names them and lists the nearest accepted ones."""
+def check_columns(columns, extra: tuple[str, ...] = ()) -> None:
+    """Unknown column names (neither inputs nor `extra`) are an error that names them and lists the nearest accepted
+    ones."""
+    accepted = list(INPUTS) + list(extra)
     for col in columns:
-        if col not in INPUTS:
-            near = difflib.get_close_matches(col, INPUTS, n=3, cutoff=0.5)
+        if col not in accepted:
+            near = difflib.get_close_matches(col, accepted, n=3, cutoff=0.5)
             hint = f" — did you mean: {', '.join(near)}?" if near else ""
-            raise UserError(f"unknown column '{col}'{hint} (accepted: {', '.join(INPUTS)})")
+            raise UserError(f"unknown column '{col}'{hint} (accepted: {', '.join(accepted)})")
 
 
 def is_empty(raw) -> bool:
