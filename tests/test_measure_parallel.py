@@ -133,6 +133,16 @@ def test_fsdp1_rank0_brings_its_host_copy_to_the_device_and_shards_it():
     assert min(r.born for r in init) < lb.marks["step0"]
 
 
+def test_fsdp1_reshards_frozen_units_after_backward():
+    # Under LoRA the blocks are frozen units; FSDP1's catch-all reshard frees what backward left gathered, which on
+    # fake tensors needs its data_ptr() check made by storage (fsdp1_init.resharded_by_storage): after the step the
+    # rank holds its shards alone, the model's and the adapters' (2 x 8 x (4 x 128 + 2 x 192 + 192) = 17,408
+    # adapter parameters at rank 8 on every linear: q, k, v, o 8 x (64 + 64); gate, up, down 8 x (64 + 128)).
+    c = resolve({**TINY, "dp": 4, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1", "lora_rank": 8,
+                 "precision": "bf16"})
+    assert summarize(run_rank(c), c)["measured_rank_params"] == (TINY_PARAMS + 17_408) // 4
+
+
 def test_memsim_measure_takes_the_harness_columns_of_a_case_list(tmp_path):
     # A case list may choose the harness's way of running a layout (fsdp_wrap = fsdp1); it reaches the harness, as
     # the Python API's case does, and is written beside the inputs.

@@ -141,3 +141,27 @@ def offloaded_shards(lb):
     finally:
         if not had_synchronize:
             del torch.cpu.Stream.synchronize
+
+
+@contextmanager
+def resharded_by_storage():
+    """FSDP1's catch-all reshard at the end of backward (``_runtime_utils._catch_all_reshard``) asks whether a unit is
+    resharded already by comparing ``data_ptr()`` of its flat parameter and its local shard, which fake tensors do not
+    give (every fake ``data_ptr()`` is the same); here the check compares the storages themselves, so a unit left
+    unsharded (a frozen one whose reshard hook did not run) is resharded as on a GPU."""
+    from torch.distributed.fsdp import _runtime_utils
+
+    def by_storage(original):
+        def catch_all_reshard(state):
+            handle = state._handle
+            if handle:
+                same = (handle.flat_param.untyped_storage()._cdata
+                        == handle.flat_param._local_shard.untyped_storage()._cdata)
+                if same and not handle._skipped_use_sharded_views:
+                    return
+                _runtime_utils._reshard(state, handle, _runtime_utils._should_free_in_backward(state, handle))
+        return catch_all_reshard
+
+    with patched(_runtime_utils, "_catch_all_reshard", by_storage):
+        yield
+

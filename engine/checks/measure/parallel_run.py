@@ -17,7 +17,7 @@ from engine.checks.measure.buffer_tags import tagging
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
 from engine.checks.measure.distributed import RankLiveBytes, TrackedFakeMode, fake_world, local
-from engine.checks.measure.fsdp1_init import offloaded_shards, rank0_host_init
+from engine.checks.measure.fsdp1_init import offloaded_shards, rank0_host_init, resharded_by_storage
 from engine.checks.measure.fake_tensor_patches import host_meshes, offload_copies, shadow_shapes, storage_resizes
 from engine.checks.measure.labels import ModuleLabels
 from engine.checks.measure.moe import moe_semantics
@@ -103,8 +103,10 @@ def run_rank(c: dict) -> Run:
         stack.enter_context(fake_world(world_size(c), c["rank"]))
         for ctx in (host_meshes(), shadow_shapes(), storage_resizes(lb), tagging(lb), moe_semantics(c)):
             stack.enter_context(ctx)
+        fsdp1 = with_harness(c)["fsdp_wrap"] == "fsdp1"
+        if fsdp1:
+            stack.enter_context(resharded_by_storage())
         if c["offload"] != "none":
-            fsdp1 = with_harness(c)["fsdp_wrap"] == "fsdp1"
             stack.enter_context(offloaded_shards(lb) if fsdp1 else offload_copies(lb))
         with torch.device("meta"):
             model = build_model(c, dtype)
