@@ -186,6 +186,20 @@ def test_broadcast_buckets_close_at_250_mib(sizes, expected):
     assert broadcast_buckets(tensors) == [n * mib for n in expected]
 
 
+def test_broadcast_buckets_go_out_by_their_first_tensor():
+    # A 1 MiB fp32 buffer first, then 300 MiB of bf16 weights: the bf16 bucket closes first, but broadcast_coalesced
+    # sorts the buckets by their first tensor, so the buffer's goes out first.
+    import torch
+
+    from engine.checks.measure.fsdp1_init import broadcast_buckets
+
+    mib = 2**20
+    tensors = [torch.empty(mib // 4, dtype=torch.float32, device="meta"),
+               torch.empty(150 * mib // 2, dtype=torch.bfloat16, device="meta"),
+               torch.empty(150 * mib // 2, dtype=torch.bfloat16, device="meta")]
+    assert broadcast_buckets(tensors) == [mib, 300 * mib]
+
+
 @pytest.mark.parametrize("override, word", [
     ({"tp": 2, "pp": 2, "grad_accum": 4}, "pipeline"), ({"ep": 2, "dp": 2}, "experts"),
     ({"dp": 2, "zero_stage": 1}, "zero_stage"), ({"dp": 2, "offload": "optimizer"}, "offload"),
@@ -194,6 +208,7 @@ def test_broadcast_buckets_close_at_250_mib(sizes, expected):
     ({"dp": 2, "ffn_type": "gelu", "norm_type": "layernorm", "linear_bias": "all"}, "dp=2"),
     ({"cp": 2, "framework": "fsdp", "zero_stage": 3, "attention": "eager"}, "flash"),
     ({"dp": 2, "tp": 2, "framework": "fsdp", "zero_stage": 3, "fsdp_wrap": "fsdp1"}, "fsdp1"),
+    ({"fsdp_wrap": "fsdp1"}, "needs FSDP"),
 ])
 def test_unsupported_layout_is_one_line_user_error(override, word):
     assert_refused({**TINY, **override}, word)

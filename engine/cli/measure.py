@@ -11,6 +11,7 @@ import warnings
 
 import pyarrow as pa
 
+from engine.checks.measure.parallel import HARNESS
 from engine.checks.measure.reference_sets import SETS, chosen_cases, find_case, measure_set
 from engine.cli.estimate import write_table
 from engine.errors import UserError
@@ -109,13 +110,12 @@ def measure_table(rows: list[dict], device: str) -> pa.Table:
     the harness's own columns (engine/checks/measure/parallel.py HARNESS: `fsdp_wrap = fsdp1`, `tp_plan`, ...), which
     choose how a multi-GPU layout is run; they are passed to the harness and written beside the inputs."""
     from engine.ask.estimate import INPUT_COLUMNS, estimate_table
-    from engine.checks.measure.parallel import HARNESS
 
     load_harness()
     from engine.checks.measure import measure_case
 
-    harness = [{k: row.pop(k) for k in list(row) if k in HARNESS} for row in rows]
-    table = estimate_table(rows)
+    harness = [{k: v for k, v in row.items() if k in HARNESS} for row in rows]
+    table = estimate_table([{k: v for k, v in row.items() if k not in HARNESS} for row in rows])
     inputs = table.select(INPUT_COLUMNS).to_pylist()  # resolved: the model's dims, every default spelled out
     measured = []
     for i, case in enumerate(inputs):
@@ -136,8 +136,6 @@ def run_measure(cases: str, output: str, device: str) -> pa.Table:
     from engine.atomic import output_path
 
     output_path(output)  # a path that cannot be written is refused before any work
-    from engine.checks.measure.parallel import HARNESS
-
     table = measure_table(read_cases(cases, tuple(HARNESS)), device)
     write_table(table, output)
     return table

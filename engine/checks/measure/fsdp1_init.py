@@ -46,17 +46,19 @@ BROADCASTS_IN_FLIGHT = 2  # torch/csrc/distributed/c10d/comm.cpp broadcast_coale
 
 def broadcast_buckets(tensors: list[torch.Tensor], limit: int = BROADCAST_BUCKET_BYTES) -> list[int]:
     """Bytes of each bucket ``broadcast_coalesced`` flattens, in the order it issues them: tensors join the open
-    bucket of their dtype, which closes once it holds ``limit`` bytes or more (the rest close at the end)."""
-    open_buckets: dict[torch.dtype, int] = {}
-    closed = []
-    for t in tensors:
-        size = open_buckets.get(t.dtype, 0) + t.numel() * t.element_size()
+    bucket of their dtype, which closes once it holds ``limit`` bytes or more, the rest close at the end, and the
+    buckets go out by their first tensor (torch/csrc/distributed/c10d/reducer.cpp,
+    ``compute_bucket_assignment_by_size``: sorted by minimum tensor index when no order is given)."""
+    open_buckets: dict[torch.dtype, tuple[int, int]] = {}  # dtype -> (first tensor, bytes)
+    buckets = []
+    for i, t in enumerate(tensors):
+        first, size = open_buckets.pop(t.dtype, (i, 0))
+        size += t.numel() * t.element_size()
         if size >= limit:
-            closed.append(size)
-            open_buckets.pop(t.dtype, None)
+            buckets.append((first, size))
         else:
-            open_buckets[t.dtype] = size
-    return closed + [b for b in open_buckets.values() if b]
+            open_buckets[t.dtype] = (first, size)
+    return [size for _, size in sorted(buckets + list(open_buckets.values()))]
 
 
 def emulate_broadcast(tensors: list[torch.Tensor]) -> None:
@@ -87,11 +89,11 @@ def rank0_host_init(lb, model: torch.nn.Module):
 
     def move_and_broadcast(original):
         def move(params, buffers, device):
-            moved = [t for t in list(params) + list(buffers) if on_host(t)]
+            params, buffers = [t for t in params if on_host(t)], [t for t in buffers if on_host(t)]
             with torch.no_grad():
-                for t in moved:
+                for t in params + buffers:  # _move_states_to_device's order
                     t.data = t.detach().clone()  # the host-to-device copy: a new device allocation
-            emulate_broadcast([t for t in moved])
+            emulate_broadcast(buffers + params)  # _sync_module_params_and_buffers: the buffers first
         return move
 
     def to_host_when_offloaded(original):

@@ -58,13 +58,14 @@ def case_of(row: dict) -> dict:
 
 
 def report(row: dict) -> str:
-    """One line: the GPU's figure, the trace's and memsim's, and their errors against the GPU's. The trace's reserved
-    peak is replayed on a device of the row's GPU (its capacity less memsim's overhead outside PyTorch): where the
-    cache would outgrow it, the allocator frees its cached blocks and retries, as on the GPU."""
+    """One line: the GPU's figure, the trace's and memsim's, and their errors against the GPU's; then what the replay
+    holds once FSDP1's initialisation is over (reserved, allocated: the states, and the cache training starts with).
+    The trace is replayed on a device of the row's GPU (its capacity less memsim's overhead outside PyTorch): where
+    the cache would outgrow it, the allocator frees its cached blocks and retries, as on the GPU."""
     from engine.ask.evaluate import evaluate_cases
     from engine.checks.hardware import compared_bytes
     from engine.checks.measure.breakdown import ALLOCATOR_CONFIGS
-    from engine.checks.measure.allocator_replay import replay_log
+    from engine.checks.measure.allocator_replay import log_events, replay_events, replay_log
     from engine.checks.measure.buffer_tags import stream_of
     from engine.checks.measure.case import resolve
     from engine.checks.measure.parallel_run import run_rank
@@ -77,12 +78,17 @@ def report(row: dict) -> str:
     run = run_rank(c)
     allocated = summarize(run, c)["measured_allocated_peak_bytes"]
     device = result["capacity_bytes"] - result["overhead_bytes"]
-    reserved = replay_log(run.lb, ALLOCATOR_CONFIGS[c["allocator"]], capacity_bytes=device,
-                          stream_of=stream_of(run.lb)).reserved_peak_bytes
+    config, streams, marks = ALLOCATOR_CONFIGS[c["allocator"]], stream_of(run.lb), run.lb.marks
+    reserved = replay_log(run.lb, config, capacity_bytes=device, stream_of=streams).reserved_peak_bytes
+    events = log_events(run.lb.records, marks["end1"], marks["init"])
+    init_end = max(i for i, e in enumerate(events) if e[0] <= marks["step0"])
+    after_init, _ = replay_events(events, config, device, streams, stop_after=init_end)
     trace = allocated if row["metric"] == "peak_allocated" else reserved
     err = lambda x: f"{100 * (x - measured) / measured:+6.1f}%"  # noqa: E731
     return (f"{row['case_id']:44s} {row['metric']:14s} GPU {measured / GIB:6.2f}  trace {trace / GIB:6.2f} "
-            f"({allocated / GIB:5.2f} allocated) {err(trace)}  memsim {memsim / GIB:6.2f} {err(memsim)}")
+            f"({allocated / GIB:5.2f} allocated) {err(trace)}  memsim {memsim / GIB:6.2f} {err(memsim)}  "
+            f"after init {after_init.reserved.current >> 20} MiB reserved, {after_init.allocated.current >> 20} MiB "
+            "allocated")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,6 +70,8 @@ def check(c: dict) -> None:
     if not needs_world(c):
         if c["sp"] or c["loss_parallel"]:
             raise UserError("sp and loss_parallel need tp > 1")
+        if h["fsdp_wrap"] == "fsdp1":
+            raise UserError("fsdp_wrap='fsdp1' needs FSDP: framework='fsdp' or a zero_stage")
         return
     if c["ffn_type"] != "swiglu" or c["norm_type"] != "rmsnorm":
         raise UserError(f"{_layout(c)}: multi-GPU layouts and experts are measured on Llama-style models "

@@ -74,11 +74,11 @@ def _distribute(model, c: dict, lb):
         fsdp_mesh = mesh._flatten("dp_cp") if c["dp"] > 1 else mesh["cp"]
         apply_fsdp(model, c, fsdp_mesh, blocks)
         return model, mesh["cp"]
-    if (c["framework"] == "fsdp" or c["zero_stage"] > 0) and h["fsdp_wrap"] == "fsdp1":
-        lb.mark("init")  # the replay starts here: FSDP1 brings rank 0's host copy to the GPU (fsdp1_init.py)
-        with rank0_host_init(lb, model):
-            return apply_fsdp1(model, c, blocks), None
     if c["framework"] == "fsdp" or c["zero_stage"] > 0:
+        if h["fsdp_wrap"] == "fsdp1":
+            lb.mark("init")  # the replay starts here: FSDP1 brings rank 0's host copy to the GPU (fsdp1_init.py)
+            with rank0_host_init(lb, model):
+                return apply_fsdp1(model, c, blocks), None
         apply_fsdp(model, c, mesh, blocks)
         return model, None
     if c["dp"] > 1:
@@ -103,7 +103,7 @@ def run_rank(c: dict) -> Run:
         stack.enter_context(fake_world(world_size(c), c["rank"]))
         for ctx in (host_meshes(), shadow_shapes(), storage_resizes(lb), tagging(lb), moe_semantics(c)):
             stack.enter_context(ctx)
-        fsdp1 = with_harness(c)["fsdp_wrap"] == "fsdp1"
+        fsdp1 = c["fsdp_wrap"] == "fsdp1"
         if fsdp1:
             stack.enter_context(resharded_by_storage())
         if c["offload"] != "none":

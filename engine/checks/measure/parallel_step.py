@@ -48,7 +48,7 @@ def _micro_step(model, c: dict, lb, cp_mesh, autocast, sync: bool) -> None:
             if c["outputs_held"]:  # data parallelism alone (recipes.check): the single-GPU loop's forward
                 loss = train._held_forward_loss(model, ids, c, lb)
             elif c["shifted_logits"]:
-                loss = train._shifted_loss(train._shifted_logits(model, ids), ids, c["vocab"])
+                loss = train._forward_loss(model, ids, c)
             else:
                 loss = model(input_ids=ids, labels=labels, **kwargs).loss
         if c["grad_accum"] > 1:
