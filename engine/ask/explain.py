@@ -12,6 +12,7 @@ from engine.catalogs import catalog
 from engine.dataset.columns import output_columns
 from engine.inputs.codes import (
     INVALID_REASONS,
+    Allocator,
     Ckpt,
     Component,
     Framework,
@@ -22,9 +23,11 @@ from engine.inputs.codes import (
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
 from engine.model.evaluation import eval_segment_bytes
-from engine.model.levels import host_ram_per_gpu, rank_terms
+from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
+from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes
+from engine.model.peak import peak_of_ranks
 from engine.model.params import param_count
 from engine.model.split import trainable_params_per_gpu
 from engine.model.streams import side_stream_slack_bytes
@@ -70,6 +73,8 @@ SLACK_SOURCES = {
     "loss-sized block cut up": "one more block of the loss's largest size, whose freed segment smaller blocks "
                                "settle in between micro-steps (overhead.py allocator_slack_bytes, "
                                "loss.loss_block_bytes; the replayed traces, PARALLEL.md)",
+    "loss blocks cut again": "the loss's other blocks made again after the first optimizer step's states settled in "
+                             "their freed segments (overhead.py loss_recut_bytes; the replayed traces, PARALLEL.md)",
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
@@ -83,12 +88,18 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
     rec = result["record"]
     streams = side_stream_slack_bytes(rank_terms(rec).side_stream_bytes, result["peak_grad_bytes"])
-    default_stream = slack - streams  # the larger of the churn's share and one loss-sized block
-    churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0)
+    default_stream = slack - streams  # the larger of the churn's share and the loss-sized blocks
+    churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0, 0)
+    recut = 0
     cause = "rounding and fragmentation" if default_stream <= churn else "loss-sized block cut up"
     if eval_segment_bytes(rec) > 0 and default_stream > churn:
         cause = "training step's cache"
-    return [(name, size) for name, size in ((cause, default_stream), ("FSDP stream pools", streams)) if size > 0]
+    elif default_stream > churn and rec.allocator == Allocator.CACHING:
+        r = rank_terms(rec)
+        p, holds_loss, last = peak_of_ranks(rec, r, True)
+        recut = min(default_stream, recut_bytes(rec, r, p if holds_loss else last, loss_block_bytes(rec)))
+    parts = ((cause, default_stream - recut), ("loss blocks cut again", recut), ("FSDP stream pools", streams))
+    return [(name, size) for name, size in parts if size > 0]
 
 
 def too_large(result: dict) -> bool:

@@ -37,7 +37,7 @@ def rank_reserved(result: dict, row: dict) -> int:
     peak, is_last = stage
     record = result["record"]
     block = loss_block_bytes(record) if is_last and record.allocator == Allocator.CACHING else 0
-    return int(peak.allocated_bytes + stage_slack_bytes(rank_terms(record), peak, block))
+    return int(peak.allocated_bytes + stage_slack_bytes(record, rank_terms(record), peak, block))
 
 
 def reserved_results(rows: list[dict] | None = None) -> list[dict]:

@@ -38,10 +38,10 @@ from engine.model.compiled import (
     compiled_split_bytes_per_token,
 )
 from engine.model.gpu_rates import Rates, gpu_rates
-from engine.model.overhead import allocator_slack_bytes, overhead_bytes
+from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.loss import loss_block_bytes
-from engine.model.peak import peak_of_ranks
+from engine.model.peak import pageable_bytes, peak_of_ranks, stage_share
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
@@ -206,21 +206,29 @@ def largest_component(r, sc):
 
 
 @formula
-def stage_slack_bytes(r, p, block):
+def recut_bytes(c, r, p, block):
+    """The loss's blocks the optimizer states made the loss stage cut again (overhead.loss_recut_bytes): the
+    states the allocator places (a paged optimizer's are outside it), against the activations its backward freed."""
+    states = stage_share(c, r, c.pp - 1, r.columns.optimizer_bytes - pageable_bytes(c, r))
+    return loss_recut_bytes(c, states, p.saved_bytes, block)
+
+
+@formula
+def stage_slack_bytes(c, r, p, block):
     """reserved - allocated on a pipeline rank at its peak `p`: the default stream's slack (with `block`, the
     loss-sized block, on the rank that holds the loss) and FSDP's stream pools."""
     grads = r.columns.grad_bytes if p.grads_live else 0
-    default_stream = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block)
+    default_stream = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block, recut_bytes(c, r, p, block))
     return default_stream + side_stream_slack_bytes(r.side_stream_bytes, grads)
 
 
 @formula
-def reserve_slack_bytes(r, p, holds_loss, last, block):
+def reserve_slack_bytes(c, r, p, holds_loss, last, block):
     """reserved - allocated at the peak `p` of the most loaded rank, or more where the last stage, less loaded,
     reserves more: the loss block is its own."""
-    slack = stage_slack_bytes(r, p, block if holds_loss else 0)
+    slack = stage_slack_bytes(c, r, p, block if holds_loss else 0)
     if not holds_loss and block > 0:
-        slack = max(slack, last.allocated_bytes + stage_slack_bytes(r, last, block) - p.allocated_bytes)
+        slack = max(slack, last.allocated_bytes + stage_slack_bytes(c, r, last, block) - p.allocated_bytes)
     return slack
 
 
@@ -239,11 +247,11 @@ def step_terms(c, r):
     p, holds_loss, last = peak_of_ranks(c, r, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
-    slack = reserve_slack_bytes(r, p, holds_loss, last, block)
+    slack = reserve_slack_bytes(c, r, p, holds_loss, last, block)
     if evaluates(c) and block > 0:
         # the loss stage's step segments stay cached beside its evaluation's own, whichever phase peaks
         step_last = peak_of_ranks(c, r, False)[2]
-        last_reserved = step_last.allocated_bytes + stage_slack_bytes(r, step_last, block) + eval_segment_bytes(c)
+        last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)

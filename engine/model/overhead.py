@@ -21,6 +21,10 @@ from engine.model.nccl import GATHERS, P2P_ONLY, REDUCES, SCALARS, communicator_
 # allocated once. 1/16 of the churn (6.25%) matches the measured nvidia-smi figures of the HF BERT-large rows
 # (shared/reference/published.csv hf-bert-*) once the CUDA context is taken out; tests/test_golden.py checks it.
 SLACK_DENOMINATOR = 16
+# transformers' loss makes three fp32 blocks of the loss block's size: the upcast logits, log_softmax's output and its
+# gradient (modeling_llama.py's loss_function -> F.cross_entropy; the replayed segments, PARALLEL.md). Beyond the one
+# allocator_slack_bytes keeps, the other two can be cut again after the first optimizer step (loss_recut_bytes).
+LOSS_BLOCKS_RECUT = 2
 
 
 @formula
@@ -144,9 +148,29 @@ def overhead_bytes(c):
 
 
 @formula
-def allocator_slack_bytes(churn_bytes, loss_block_bytes):
+def loss_recut_bytes(c, states_bytes, freed_bytes, loss_block_bytes):
+    """Loss-sized blocks cut again because the optimizer states settled in the loss's freed segments.
+
+    torch.optim creates its states at the first step (AdamW's exp_avg and exp_avg_sq: torch.zeros_like in
+    torch/optim/adamw.py _init_group), after backward has freed the loss's blocks and the saved activations; each
+    state goes to the smallest free block that fits (CUDACachingAllocator.cpp get_free_block), so once the freed
+    activations (`freed_bytes`) are full, the states fill the loss's segments, which they keep for the whole run.
+    The next step's loss then makes its blocks in new segments: transformers' loss makes three fp32 blocks of this
+    size (the upcast logits, log_softmax's output and its gradient), one of which allocator_slack_bytes keeps
+    already, so up to LOSS_BLOCKS_RECUT more. The first `loss_block_bytes` of states fill the block already kept.
+    None when the optimizer steps in backward: its states are made in each parameter's gradient hook, the loss's
+    next blocks then count in the allocated peak. Seen in the replayed traces' segments at the reserved peak
+    (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up")."""
+    if c.optimizer_in_backward or loss_block_bytes == 0:
+        return 0
+    return min(max(0, states_bytes - freed_bytes - loss_block_bytes), LOSS_BLOCKS_RECUT * loss_block_bytes)
+
+
+@formula
+def allocator_slack_bytes(churn_bytes, loss_block_bytes, recut_bytes):
     """reserved - allocated on the default stream: the caching allocator's rounding and fragmentation on churning
-    bytes, or, when larger, one more block of the loss's largest size (loss.loss_block_bytes). That block is made
+    bytes, or, when larger, one more block of the loss's largest size (loss.loss_block_bytes) and the blocks the
+    optimizer states made it cut again (loss_recut_bytes). That block is made
     and freed in every micro-step; blocks that outlive it (a layer's checkpointed input, the next step's
     activations) settle in its freed segment (the allocator splits the smallest free block that fits,
     CUDACachingAllocator.cpp get_free_block), so the next one finds no free block large enough and a new segment
@@ -154,4 +178,4 @@ def allocator_slack_bytes(churn_bytes, loss_block_bytes):
     (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up"). With expandable segments
     the free tail of the stream's one segment grows by what the request lacks, and the replays reserve about 1/16
     of the churn alone (levels.step_terms passes no block)."""
-    return max(ceil_div(churn_bytes, SLACK_DENOMINATOR), loss_block_bytes)
+    return max(ceil_div(churn_bytes, SLACK_DENOMINATOR), loss_block_bytes + recut_bytes)
