@@ -66,7 +66,7 @@ def test_recomputed_steps_keep_a_loss_sized_block():
 def test_optimizer_states_cut_the_loss_blocks_again():
     """The first optimizer step's states settle in the loss's freed segments, and the next step's loss cuts its
     blocks again (overhead.loss_recut_bytes): on the replayed rows where memsim counts such blocks, leaving them out
-    puts eight times as many rows under -10%."""
+    puts four times as many rows under -10% or more."""
     rows = [r for r in measured_rows() if r.get("measured_reserved_peak_bytes")]
     results = reserved_results(rows)
     recut = [dict(slack_parts(evaluate_case(config_of(row, by_dims=True)))).get("loss blocks cut again", 0)
@@ -77,7 +77,7 @@ def test_optimizer_states_cut_the_loss_blocks_again():
     without = list(without_parts(rows, results, ("loss blocks cut again",)))
     assert len(rows) >= 40
     assert abs(statistics.median(errors)) < 2.0 < -statistics.median(without), (errors, without)
-    assert 8 * sum(e < -10 for e in errors) <= sum(e < -10 for e in without), (errors, without)
+    assert 4 * sum(e < -10 for e in errors) <= sum(e < -10 for e in without), (errors, without)
 
 
 def without_parts(rows, results, causes):
@@ -101,3 +101,15 @@ def test_loss_recut_is_the_states_beyond_freed_activations_and_one_block():
     assert loss_recut_bytes(step, 9 * gib, 2 * gib, gib) == 2 * gib  # no more than the loss's other two blocks
     assert loss_recut_bytes(step, 9 * gib, 2 * gib, 0) == 0  # expandable segments: no block kept
     assert loss_recut_bytes(SimpleNamespace(optimizer_in_backward=True), 9 * gib, 0, gib) == 0
+
+
+def test_recompute_pins_the_intermediates_segments():
+    """stage.pinned_segment_bytes, hand-worked on Llama 2 7B with LoRA at micro-batch 6 and 2,048 tokens (the replay
+    PARALLEL.md describes): 258 MiB intermediates hold two 96 MiB inputs each, so 16 segments for 32 layers, 1,056
+    MiB beyond the inputs; none with expandable segments, without recomputation, or with the inputs on the host."""
+    case = {"model": "llama-2-7b", "gpu": "rtx-3090", "precision": "bf16", "checkpointing": "full", "seq_len": 2048,
+            "micro_batch": 6, "lora_rank": 64, "lora_targets": "all_linear"}
+    intermediate, inputs = 6 * 2048 * 11008 * 2, 6 * 2048 * 4096 * 2
+    assert dict(slack_parts(evaluate_case(case)))["recompute's pinned segments"] == 16 * intermediate - 32 * inputs
+    for other in ({"allocator": "expandable"}, {"checkpointing": "none"}, {"activation_offload": True}):
+        assert "recompute's pinned segments" not in dict(slack_parts(evaluate_case(case | other))), other

@@ -75,6 +75,9 @@ SLACK_SOURCES = {
                                "loss.loss_block_bytes; the replayed traces, PARALLEL.md)",
     "loss blocks cut again": "the loss's other blocks made again after the first optimizer step's states settled in "
                              "their freed segments (overhead.py loss_recut_bytes; the replayed traces, PARALLEL.md)",
+    "recompute's pinned segments": "under full recomputation, the FFN intermediates' segments each layer's kept "
+                                     "input settles in, beyond the inputs (stage.py pinned_segment_bytes; the "
+                                     "replayed traces, PARALLEL.md)",
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
@@ -87,18 +90,21 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     """The allocator slack at the peak split by cause (the parts add up to reserved - allocated)."""
     slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
     rec = result["record"]
-    streams = side_stream_slack_bytes(rank_terms(rec).side_stream_bytes, result["peak_grad_bytes"])
-    default_stream = slack - streams  # the larger of the churn's share and the loss-sized blocks
+    r = rank_terms(rec)
+    streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
+    p, holds_loss, last = peak_of_ranks(rec, r, True)
+    default_stream = slack - streams
+    pinned = min(default_stream, p.pinned_bytes)  # the checkpointed inputs' segments (stage.pinned_segment_bytes)
+    rest = default_stream - pinned  # the larger of the churn's share and the loss-sized blocks
     churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0, 0)
     recut = 0
-    cause = "rounding and fragmentation" if default_stream <= churn else "loss-sized block cut up"
-    if eval_segment_bytes(rec) > 0 and default_stream > churn:
+    cause = "rounding and fragmentation" if rest <= churn else "loss-sized block cut up"
+    if eval_segment_bytes(rec) > 0 and rest > churn:
         cause = "training step's cache"
-    elif default_stream > churn and rec.allocator == Allocator.CACHING:
-        r = rank_terms(rec)
-        p, holds_loss, last = peak_of_ranks(rec, r, True)
-        recut = min(default_stream, recut_bytes(rec, r, p if holds_loss else last, loss_block_bytes(rec)))
-    parts = ((cause, default_stream - recut), ("loss blocks cut again", recut), ("FSDP stream pools", streams))
+    elif rest > churn and rec.allocator == Allocator.CACHING:
+        recut = min(rest, recut_bytes(rec, r, p if holds_loss else last, loss_block_bytes(rec)))
+    parts = ((cause, rest - recut), ("loss blocks cut again", recut), ("recompute's pinned segments", pinned),
+             ("FSDP stream pools", streams))
     return [(name, size) for name, size in parts if size > 0]
 
 

@@ -216,10 +216,11 @@ def recut_bytes(c, r, p, block):
 @formula
 def stage_slack_bytes(c, r, p, block):
     """reserved - allocated on a pipeline rank at its peak `p`: the default stream's slack (with `block`, the
-    loss-sized block, on the rank that holds the loss) and FSDP's stream pools."""
+    loss-sized block, on the rank that holds the loss), the segments its checkpointed inputs pin, and FSDP's stream
+    pools."""
     grads = r.columns.grad_bytes if p.grads_live else 0
     default_stream = allocator_slack_bytes(p.activation_bytes + p.temp_bytes, block, recut_bytes(c, r, p, block))
-    return default_stream + side_stream_slack_bytes(r.side_stream_bytes, grads)
+    return default_stream + p.pinned_bytes + side_stream_slack_bytes(r.side_stream_bytes, grads)
 
 
 @formula

@@ -32,6 +32,7 @@ from engine.model.split import evaluated_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
     in_flight_bytes,
+    pinned_segment_bytes,
     rank_microbatch_activation_bytes,
     recompute_bytes,
     stage_activations_from,
@@ -50,6 +51,7 @@ class Peak(NamedTuple):
     grads_live: bool
     saved_bytes: int  # the activations the stage's step saves for backward, which backward frees before the
     # optimizer step (overhead.loss_recut_bytes), whichever phase peaks
+    pinned_bytes: int  # reserved in the segments that hold the checkpointed inputs (stage.pinned_segment_bytes)
 
 
 @formula
@@ -184,11 +186,12 @@ def stage_peak(c, r, rank, with_eval):
     last = rank == c.pp - 1
     per_microbatch = rank_microbatch_activation_bytes(c, r, rank)  # its layers', one micro-batch
     acts = stage_activations_from(c, r, rank, 0, per_microbatch)
+    pinned = pinned_segment_bytes(c, r, rank)
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
     fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
-    best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts)
+    best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
@@ -197,44 +200,45 @@ def stage_peak(c, r, rank, with_eval):
         model_t = fwd_t - forward_temp_bytes(c, r, rank, last) + forward_cast_bytes(c, r, rank, last) + r.gather_bytes
         model_t += 2 * held + graph
         if live + acts + model_t > best.allocated_bytes:
-            best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts)
+            best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
     bwd_t = backward_temp_bytes(c, r, rank, last, layer_acts) + stage_share(c, r, rank, buckets_bytes(c, r, True))
     bwd_t += kept + held
-    backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts)
+    backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
         second_acts = stage_activations_from(c, r, rank, 1, per_microbatch)
         second_t = bwd_t  # its buckets too: bwd_t holds them (buckets_bytes in backward)
-        second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True, acts)
+        second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True, acts,
+                      pinned)
         end_acts = stage_activations_from(c, r, rank, 2, per_microbatch)
         end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
         if states + end_acts + end_t > second.allocated_bytes:
-            second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True, acts)
+            second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True, acts, pinned)
         if second.allocated_bytes > backward.allocated_bytes:
             backward = second
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
         end_t = r.end_bytes + r.step_bytes + kept
         states = stage_share(c, r, rank, states_bytes(r, False) - pageable_bytes(c, r))
-        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False, acts)
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False, acts, pinned)
         optimizer = backward_end
     else:
         buckets = stage_share(c, r, rank, buckets_bytes(c, r, True))
         end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept + held + graph
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
-        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True, acts)
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True, acts, pinned)
         opt_t = stage_share(c, r, rank, r.step_bytes) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
         opt_t += held + graph
         unpaged = stage_share(c, r, rank, states_bytes(r, True))  # a paged optimizer's states are back for its step
-        optimizer = Peak(unpaged + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts)
+        optimizer = Peak(unpaged + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts, pinned)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
         # next group gathered for its backward: the peak when gradients are not sharded (experts held by one
         # rank, whose "reduce-scatter" copies and divides them: PARALLEL.md, moe_ep).
         reduce_t = r.reduce_bytes + next_group_gather_bytes(c, r) + kept
-        reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True, acts)
+        reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True, acts, pinned)
         if reduce.allocated_bytes > backward_end.allocated_bytes:
             backward_end = reduce
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
@@ -242,7 +246,7 @@ def stage_peak(c, r, rank, with_eval):
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
     if with_eval and evaluates(c):
-        evaluation = eval_peak(c, r, rank, last, acts)
+        evaluation = eval_peak(c, r, rank, last, acts, pinned)
         if evaluation.allocated_bytes > best.allocated_bytes:
             best = evaluation
     return best
@@ -269,13 +273,13 @@ def eval_temp_bytes(c, r, rank, last):
 
 
 @formula
-def eval_peak(c, r, rank, last, saved):
-    """An evaluation forward between optimizer steps: the persistent states, no activation kept (`saved`: what the
-    training steps around it save, Peak.saved_bytes)."""
+def eval_peak(c, r, rank, last, saved, pinned):
+    """An evaluation forward between optimizer steps: the persistent states, no activation kept (`saved` and
+    `pinned`: the training steps' around it, Peak.saved_bytes and pinned_bytes)."""
     g = eval_grads_live(c)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
     t = eval_temp_bytes(c, r, rank, last)
-    return Peak(live + t, Phase.EVAL.value, 0, t, g, saved)
+    return Peak(live + t, Phase.EVAL.value, 0, t, g, saved, pinned)
 
 
 @formula

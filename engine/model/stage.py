@@ -6,7 +6,7 @@ Every function takes the configuration `c` and the rank's per-layout quantities 
 """
 
 from engine.catalogs.conventions import FRAMEWORK_DTENSOR_TP
-from engine.inputs.codes import Ckpt, PPSchedule
+from engine.inputs.codes import Allocator, Ckpt, PPSchedule
 from engine.model.activations import (
     fused_kernels,
     has_dropout,
@@ -82,6 +82,29 @@ def checkpointed_layers(c, layers):
     """Layers that keep only their input: all under checkpointing = full, or one in every checkpoint_every
     (torchtitan's layer frequency: data/measured/recipes.csv knob checkpoint_every); none otherwise."""
     return layers // c.checkpoint_every if c.checkpointing == Ckpt.FULL else 0
+
+
+@formula
+def pinned_segment_bytes(c, r, rank):
+    """What the caching allocator reserves beyond the checkpointed inputs of rank `rank`'s dense layers, under full
+    recomputation. Each checkpointed layer's forward makes its FFN intermediate (d_ff per token, its largest
+    transient) in segments of that size, and the layer's output, the next one's checkpointed input kept until
+    backward, goes to the smallest free block that fits (CUDACachingAllocator.cpp get_free_block): a freed
+    intermediate's segment, which then holds floor(intermediate / input) inputs while the next layers make new
+    segments for their intermediates. So ceil(layers / that) segments hold the inputs, and what they do not fill
+    stays reserved (none with expandable segments, whose one segment grows by what a request lacks, or when the
+    inputs go to host RAM). The replayed traces of Llama 2 7B LoRA at 2,048 tokens make 16 such segments for 32
+    layers at micro-batch 6 (258 MiB each, 96 MiB inputs) and 17 at micro-batch 10 (430, 160): data/measured/
+    PARALLEL.md, "Full recomputation: inputs in the intermediates' segments"."""
+    if c.checkpointing != Ckpt.FULL or c.activation_offload or c.allocator != Allocator.CACHING or not has_dims(c):
+        return 0
+    layers = evaluated_layers(c, r, rank)
+    kept = checkpointed_layers(c, layers - min(layers, n_moe_layers(c)))
+    inputs = layer_activation_bytes(c, r, False)
+    intermediate = ceil_div(local_tokens(c) * c.d_ff * compute_bytes(c), c.tp)
+    if kept == 0 or inputs == 0 or intermediate < inputs:
+        return 0
+    return ceil_div(kept, intermediate // inputs) * intermediate - kept * inputs
 
 
 @formula
