@@ -11,6 +11,7 @@ tolerance (the replays are a model of the allocator, not a GPU; data/measured/PA
     python -m engine.checks.reserved                 # one line per group
     python -m engine.checks.reserved --by-case       # and one line per row
     python -m engine.checks.reserved --expandable 30  # 30 one-GPU rows traced again, replayed with expandable segments
+    python -m engine.checks.reserved --measured OUT.csv  # the rows `memsim measure CASES -o OUT.csv` wrote
 
 `--expandable N` (needs the measure extras: torch, transformers) draws N rows of the one-GPU sets (seed 1), traces
 each again and replays it with `expandable_segments:True`, and sets memsim's reserved peak with `allocator =
@@ -18,10 +19,13 @@ expandable` beside it (about 10 s a row).
 """
 
 import argparse
+import csv
 import random
 import statistics
+import sys
 
 from engine.ask.evaluate import evaluate_cases
+from engine.errors import UserError
 from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows, measured_stage
 from engine.inputs.codes import Allocator
 from engine.model.levels import rank_terms, stage_slack_bytes
@@ -83,6 +87,19 @@ def expandable_results(n: int, seed: int = 1) -> list[dict]:
     return out
 
 
+def measured_file(path: str) -> list[dict]:
+    """The rows of a `memsim measure` output, each named by its row number and labelled as a set of its own."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    for i, row in enumerate(rows, 1):
+        row.setdefault("case_id", f"row {i}")
+        row["set"] = "measured"
+    return rows
+
+
 def group_summary(results: list[dict]) -> list[list[str]]:
     """Per group: rows, median |error|, signed median, lowest and highest error, rows under -10%."""
     groups: dict[str, list[float]] = {}
@@ -96,6 +113,8 @@ def group_summary(results: list[dict]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.checks.reserved", description=__doc__.splitlines()[0])
     parser.add_argument("--by-case", action="store_true", help="one line per measured row as well")
+    parser.add_argument("--measured", metavar="CSV", help="the rows of a `memsim measure CASES -o CSV` output instead "
+                        "of the committed sets, one line per row")
     parser.add_argument("--expandable", type=int, metavar="N", help="N one-GPU rows traced again and replayed with "
                         "expandable segments, against memsim's allocator = expandable")
     args = parser.parse_args(argv)
@@ -109,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(errors)} rows: median |error| {statistics.median(map(abs, errors)):.1f}%, signed median "
               f"{statistics.median(errors):+.1f}%, {min(errors):+.1f}% .. {max(errors):+.1f}%")
         return 0
-    results = reserved_results()
-    if args.by_case:
+    try:
+        results = reserved_results(measured_file(args.measured) if args.measured else None)
+    except UserError as err:
+        print(f"memsim: error: {err}", file=sys.stderr)
+        return 2
+    if args.by_case or args.measured:
         rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['reference_gib']:.2f}",
                  f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%"] for r in results]
         print("\n".join(aligned(["case", "group", "allocated GiB", "replayed reserved GiB", "memsim GiB", "error"],

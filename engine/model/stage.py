@@ -93,16 +93,19 @@ def pinned_segment_bytes(c, r, rank):
     intermediate's segment, which then holds floor(intermediate / input) inputs while the next layers make new
     segments for their intermediates. So ceil(layers / that) segments hold the inputs, and what they do not fill
     stays reserved (none with expandable segments, whose one segment grows by what a request lacks, or when the
-    inputs go to host RAM). The replayed traces of Llama 2 7B LoRA at 2,048 tokens make 16 such segments for 32
-    layers at micro-batch 6 (258 MiB each, 96 MiB inputs) and 17 at micro-batch 10 (430, 160): data/measured/
-    PARALLEL.md, "Full recomputation: inputs in the intermediates' segments"."""
+    inputs go to host RAM). Counted where an intermediate holds two inputs or more, as in the traces below; under
+    autocast the kept input is the fp32 stream, more than half a 16-bit intermediate, and the replays of such steps
+    (recipes.csv, data/measured/recompute_cases.csv) reserve no more than memsim without it. The replayed traces
+    of Llama 2 7B LoRA at 2,048 tokens make 16 such segments for 32 layers at micro-batch 6 (258 MiB each, 96 MiB
+    inputs) and 17 at micro-batch 10 (430, 160): data/measured/PARALLEL.md, "Full recomputation: inputs in the
+    intermediates' segments"."""
     if c.checkpointing != Ckpt.FULL or c.activation_offload or c.allocator != Allocator.CACHING or not has_dims(c):
         return 0
     layers = evaluated_layers(c, r, rank)
     kept = checkpointed_layers(c, layers - min(layers, n_moe_layers(c)))
     inputs = layer_activation_bytes(c, r, False)
     intermediate = ceil_div(local_tokens(c) * c.d_ff * compute_bytes(c), c.tp)
-    if kept == 0 or inputs == 0 or intermediate < inputs:
+    if kept == 0 or inputs == 0 or intermediate < 2 * inputs:
         return 0
     return ceil_div(kept, intermediate // inputs) * intermediate - kept * inputs
 
