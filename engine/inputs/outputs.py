@@ -52,7 +52,8 @@ OUTPUT_COLUMNS = [
            "peak of live tensor bytes over forward, backward and the optimizer step",
            "torch.cuda.max_memory_allocated(); " + PEAK),
     Output("reserved_peak_bytes", "step", "int64", "bytes", "allocated peak + the caching allocator's slack",
-           "torch.cuda.max_memory_reserved(); engine/model/overhead.py allocator_slack_bytes, streams.py"),
+           "torch.cuda.max_memory_reserved(); engine/model/overhead.py allocator_slack_bytes, stage.py "
+           "pinned_segment_bytes, streams.py"),
     Output("overhead_bytes", "gpu", "int64", "bytes",
            "on the GPU outside PyTorch's allocator: CUDA context, cuBLAS workspaces, NCCL buffers",
            "engine/model/overhead.py, nccl.py; data/golden/OVERHEADS.md", nullable=False),
@@ -88,9 +89,10 @@ OUTPUT_COLUMNS = [
     Output("peak_grad_bytes", "step", "int64", "bytes", "gradients live at the peak", PEAK),
     Output("peak_optimizer_bytes", "step", "int64", "bytes", "optimizer states live at the peak", PEAK),
     Output("allocator_slack_bytes", "step", "int64", "bytes",
-           "reserved - allocated: the caching allocator's rounding and fragmentation, and what FSDP's all-gather "
-           "and reduce-scatter streams keep cached",
-           "c10/cuda/CUDACachingAllocator.cpp (pools per stream); engine/model/overhead.py, streams.py"),
+           "reserved - allocated: the caching allocator's rounding and fragmentation, the loss's blocks cut again, "
+           "the segments checkpointed inputs pin, and what FSDP's all-gather and reduce-scatter streams keep cached",
+           "c10/cuda/CUDACachingAllocator.cpp (best fit, pools per stream); engine/model/overhead.py, stage.py, "
+           "streams.py"),
     Output("usable_bytes", "gpu", "int64", "bytes", "capacity * (1 - headroom): what the job may use",
            "the headroom input", nullable=False, compact=True),
 ]
