@@ -24,11 +24,11 @@ from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
 from engine.model.evaluation import eval_segment_bytes
 from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes
-from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.loss import loss_block_bytes
+from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.overhead import allocator_slack_bytes
-from engine.model.peak import peak_of_ranks
 from engine.model.params import param_count
+from engine.model.peak import peak_of_ranks
 from engine.model.split import trainable_params_per_gpu
 from engine.model.streams import side_stream_slack_bytes
 

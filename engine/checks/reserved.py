@@ -25,8 +25,8 @@ import statistics
 import sys
 
 from engine.ask.evaluate import evaluate_cases
-from engine.errors import UserError
 from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows, measured_stage
+from engine.errors import UserError
 from engine.inputs.codes import Allocator
 from engine.model.levels import rank_terms, stage_slack_bytes
 from engine.model.loss import loss_block_bytes
@@ -97,6 +97,8 @@ def measured_file(path: str) -> list[dict]:
     for i, row in enumerate(rows, 1):
         row.setdefault("case_id", f"row {i}")
         row["set"] = "measured"
+    if not any(row.get("measured_reserved_peak_bytes") for row in rows):
+        raise UserError(f"{path} has no measured_reserved_peak_bytes: give the CSV `memsim measure CASES -o CSV` wrote")
     return rows
 
 

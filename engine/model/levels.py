@@ -208,9 +208,10 @@ def largest_component(r, sc):
 @formula
 def recut_bytes(c, r, p, block):
     """The loss's blocks the optimizer states made the loss stage cut again (overhead.loss_recut_bytes): the
-    states the allocator places (a paged optimizer's are outside it), against the activations its backward freed."""
+    states the allocator places (a paged optimizer's are outside it), against what its backward freed, the saved
+    activations and the rest of the segments that held them (stage.pinned_segment_bytes)."""
     states = stage_share(c, r, c.pp - 1, r.columns.optimizer_bytes - pageable_bytes(c, r))
-    return loss_recut_bytes(c, states, p.saved_bytes, block)
+    return loss_recut_bytes(c, states, p.saved_bytes + p.pinned_bytes, block)
 
 
 @formula

@@ -154,13 +154,13 @@ def loss_recut_bytes(c, states_bytes, freed_bytes, loss_block_bytes):
     torch.optim creates its states at the first step (AdamW's exp_avg and exp_avg_sq: torch.zeros_like in
     torch/optim/adamw.py _init_group), after backward has freed the loss's blocks and the saved activations; each
     state goes to the smallest free block that fits (CUDACachingAllocator.cpp get_free_block), so once the freed
-    activations (`freed_bytes`) are full, the states fill the loss's segments, which they keep for the whole run.
-    The next step's loss then makes its blocks in new segments: transformers' loss makes three fp32 blocks of this
-    size (the upcast logits, log_softmax's output and its gradient), one of which allocator_slack_bytes keeps
-    already, so up to LOSS_BLOCKS_RECUT more. The first `loss_block_bytes` of states fill the block already kept.
-    None when the optimizer steps in backward: its states are made in each parameter's gradient hook, the loss's
-    next blocks then count in the allocated peak. Seen in the replayed traces' segments at the reserved peak
-    (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up")."""
+    activations and the rest of their segments (`freed_bytes`) are full, the states fill the loss's segments, which
+    they keep for the whole run. The next step's loss then makes its blocks in new segments: transformers' loss
+    makes three fp32 blocks of this size (the upcast logits, log_softmax's output and its gradient), one of which
+    allocator_slack_bytes keeps already, so up to LOSS_BLOCKS_RECUT more. The first `loss_block_bytes` of states
+    fill the block already kept. None when the optimizer steps in backward: its states are made in each parameter's
+    gradient hook, the loss's next blocks then count in the allocated peak. Seen in the replayed traces' segments at
+    the reserved peak (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up")."""
     if c.optimizer_in_backward or loss_block_bytes == 0:
         return 0
     return min(max(0, states_bytes - freed_bytes - loss_block_bytes), LOSS_BLOCKS_RECUT * loss_block_bytes)

@@ -97,8 +97,9 @@ def pinned_segment_bytes(c, r, rank):
     autocast the kept input is the fp32 stream, more than half a 16-bit intermediate, and the replays of such steps
     (recipes.csv, data/measured/recompute_cases.csv) reserve no more than memsim without it. The replayed traces
     of Llama 2 7B LoRA at 2,048 tokens make 16 such segments for 32 layers at micro-batch 6 (258 MiB each, 96 MiB
-    inputs) and 17 at micro-batch 10 (430, 160): data/measured/PARALLEL.md, "Full recomputation: inputs in the
-    intermediates' segments"."""
+    inputs; 16 here) and 17 at micro-batch 10 (430, 160; 16 here): data/measured/PARALLEL.md, "Full recomputation:
+    inputs in the intermediates' segments". One micro-batch's inputs: a pipeline rank that keeps several in flight
+    is counted as if it kept one (no pipelined trace to say how their inputs share the segments)."""
     if c.checkpointing != Ckpt.FULL or c.activation_offload or c.allocator != Allocator.CACHING or not has_dims(c):
         return 0
     layers = evaluated_layers(c, r, rank)
