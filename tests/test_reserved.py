@@ -106,10 +106,23 @@ def test_loss_recut_is_the_states_beyond_freed_activations_and_one_block():
 def test_recompute_pins_the_intermediates_segments():
     """stage.pinned_segment_bytes, hand-worked on Llama 2 7B with LoRA at micro-batch 6 and 2,048 tokens (the replay
     PARALLEL.md describes): 258 MiB intermediates hold two 96 MiB inputs each, so 16 segments for 32 layers, 1,056
-    MiB beyond the inputs; none with expandable segments, without recomputation, or with the inputs on the host."""
+    MiB beyond the inputs; none with expandable segments, without recomputation, with the inputs on the host, or
+    under autocast (the fp32 input, 192 MiB, is more than half an intermediate)."""
     case = {"model": "llama-2-7b", "gpu": "rtx-3090", "precision": "bf16", "checkpointing": "full", "seq_len": 2048,
             "micro_batch": 6, "lora_rank": 64, "lora_targets": "all_linear"}
     intermediate, inputs = 6 * 2048 * 11008 * 2, 6 * 2048 * 4096 * 2
     assert dict(slack_parts(evaluate_case(case)))["recompute's pinned segments"] == 16 * intermediate - 32 * inputs
-    for other in ({"allocator": "expandable"}, {"checkpointing": "none"}, {"activation_offload": True}):
+    for other in ({"allocator": "expandable"}, {"checkpointing": "none"}, {"activation_offload": True},
+                  {"precision": "amp_bf16"}):
         assert "recompute's pinned segments" not in dict(slack_parts(evaluate_case(case | other))), other
+
+
+def test_measured_file_without_replays_is_one_line(tmp_path, capsys):
+    """`python -m engine.checks.reserved --measured CSV` given a case list rather than `memsim measure`'s output."""
+    from engine.checks.reserved import main
+
+    cases = tmp_path / "cases.csv"
+    cases.write_text("n_layers,d_model\n2,64\n")
+    assert main(["--measured", str(cases)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no measured_reserved_peak_bytes" in err
