@@ -168,14 +168,13 @@ def loss_recut_bytes(c, states_bytes, freed_bytes, loss_block_bytes):
 
 @formula
 def allocator_slack_bytes(churn_bytes, loss_block_bytes, recut_bytes):
-    """reserved - allocated on the default stream: the caching allocator's rounding and fragmentation on churning
-    bytes, or, when larger, one more block of the loss's largest size (loss.loss_block_bytes) and the blocks the
-    optimizer states made it cut again (loss_recut_bytes). That block is made
-    and freed in every micro-step; blocks that outlive it (a layer's checkpointed input, the next step's
-    activations) settle in its freed segment (the allocator splits the smallest free block that fits,
-    CUDACachingAllocator.cpp get_free_block), so the next one finds no free block large enough and a new segment
-    is made: the replayed traces reserve whole segments of the step's largest transient sizes again
-    (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up"). With expandable segments
-    the free tail of the stream's one segment grows by what the request lacks, and the replays reserve about 1/16
-    of the churn alone (levels.step_terms passes no block)."""
+    """reserved - allocated on the default stream: the caching allocator's rounding and fragmentation on churning bytes,
+    or, when larger, one more block of the loss's largest size (loss.loss_block_bytes) and the blocks the optimizer
+    states made it cut again (loss_recut_bytes). That block is made and freed in every micro-step; blocks that
+    outlive it (a layer's checkpointed input, the next step's activations) settle in its freed segment (the
+    allocator splits the smallest free block that fits, CUDACachingAllocator.cpp get_free_block), so the next one
+    finds no free block large enough and a new segment is made: the replayed traces reserve whole segments of the
+    step's largest transient sizes again (data/measured/PARALLEL.md, "One stream: a loss-sized block cut up"). With
+    expandable segments the free tail of the stream's one segment grows by what the request lacks, and the replays
+    reserve about 1/16 of the churn alone (levels.step_terms passes no block)."""
     return max(ceil_div(churn_bytes, SLACK_DENOMINATOR), loss_block_bytes + recut_bytes)
