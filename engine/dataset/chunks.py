@@ -14,7 +14,6 @@ import numba
 import numpy as np
 
 from engine.configure.grid import FIELD_INDEX, Grid, decode
-from engine.inputs.vocabulary import RECORD
 from engine.model.kernel import (
     UNSET,
     PlainRecord,
@@ -25,7 +24,7 @@ from engine.model.kernel import (
 )
 from engine.model.levels import device_terms, gpu_terms, rank_terms, step_terms
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
-from engine.model.sweep_kernel import sweep_chunk
+from engine.model.sweep_kernel import block_scratch, sweep_chunk
 
 RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
 BUFFER_SETS = 3  # output buffer sets in turn: one the kernel fills, one whose table is built, one being written
@@ -133,8 +132,7 @@ class SweepKernel:
         self.rows_per_step = int(np.prod(self.radices[self.n_rank + self.n_step:]))
         self.rows_per_rank = int(np.prod(self.radices[self.n_rank:]))
         self.blocks = 8 * numba.get_num_threads()
-        self.scratch = np.zeros(self.blocks, dtype=RECORD)
-        self.words = self.scratch.view(np.int64).reshape(self.blocks, len(RECORD.names))
+        self.scratch = block_scratch(self.blocks)
         self.buffers = [None] * BUFFER_SETS
         self.adopted = [False] * BUFFER_SETS
         self.turn = 0
@@ -177,7 +175,7 @@ class SweepKernel:
             self.evaluate_in_python(start, count, *buffers)
         elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
             arrays = (self.grid.base, self.axis_words, self.axis_fields, self.axis_width, self.radices, self.n_rank,
-                      self.n_step, self.grid.dp_mode, self.scratch, self.words, *buffers)
+                      self.n_step, self.grid.dp_mode, *self.scratch, *buffers)
             if self.compiles and not self.said:  # once: the first call compiles and caches it, on one row
                 self.said = True
                 with announced_compile(sweep_chunk):

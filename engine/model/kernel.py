@@ -24,7 +24,7 @@ import numpy as np
 from engine.inputs.vocabulary import RECORD
 from engine.model.levels import evaluate_one
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, INT_OUTPUTS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
-from engine.model.sweep_kernel import sweep_chunk
+from engine.model.sweep_kernel import block_scratch, sweep_chunk
 
 UNSET = np.iinfo(np.int64).min
 PYTHON_SECONDS_PER_ROW = 0.45e-3  # the scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py)
@@ -131,14 +131,13 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     records = np.ascontiguousarray(cfg, dtype=RECORD).view(np.int64).reshape(n, len(RECORD.names))
     n_fields = records.shape[1]
     blocks = 8 * numba.get_num_threads()
-    scratch = np.zeros(blocks, dtype=RECORD)
     rank_out = np.full((len(RANK_COLUMNS) + 2, n + 2), UNSET, dtype=np.int64)  # + dp and n_gpus, as a sweep's
     gpu_out = np.full((len(GPU_COLUMNS), n + 2), UNSET, dtype=np.int64)
     step_out = np.full((len(STEP_COLUMNS), n + 2), UNSET, dtype=np.int64)
     device_out = np.full((len(DEVICE_COLUMNS), n), UNSET, dtype=np.int64)
     arrays = (records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
-              np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN, scratch,
-              scratch.view(np.int64).reshape(blocks, n_fields), rank_out, gpu_out, step_out, device_out, times)
+              np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN,
+              *block_scratch(blocks), rank_out, gpu_out, step_out, device_out, times)
     if not loaded(sweep_chunk) and cold(sweep_chunk):
         with announced_compile(sweep_chunk):
             sweep_chunk(0, 1, *arrays)  # compiles (row 0 is evaluated again below)

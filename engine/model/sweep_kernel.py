@@ -20,9 +20,11 @@ by the one row that opens it (or by the chunk's first row), so no two blocks wri
 import numba
 import numpy as np
 
+from engine.inputs.vocabulary import RECORD
 from engine.model import levels
 from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table
+from engine.model.split import degrees
 
 # The rank, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
 # cold compile takes 56-69 s instead of 94 s on two cores (78 s with the step alone inlined). The calls cost ~7% of
@@ -34,7 +36,30 @@ step_terms = numba.njit(cache=True, nogil=True)(levels.step_terms)
 gpu_terms = numba.njit(cache=True, nogil=True)(levels.gpu_terms)
 
 N_RATES = len(Rates._fields)
-from engine.model.split import degrees
+
+# The rank level's result as a record, which the step's formulas read through a pointer. A Rank passed by value is
+# 37 words copied at every call of a formula LLVM did not inline (~13 ns a call; the step makes dozens): passing
+# its record instead takes a fifth off the step's time with the same formulas (stop 36's paired runs, README).
+RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankColumns._fields])]
+                       + [(name, np.int64) for name in levels.Rank._fields[1:]])
+
+
+def block_scratch(blocks: int) -> tuple:
+    """sweep_chunk's per-block scratch: a configuration record and a Rank record per block, each with its int64
+    view."""
+    scratch, ranks = np.zeros(blocks, dtype=RECORD), np.zeros(blocks, dtype=RANK_RECORD)
+    return scratch, scratch.view(np.int64).reshape(blocks, -1), ranks, ranks.view(np.int64).reshape(blocks, -1)
+
+
+@numba.njit(cache=True)
+def store_rank(r, words):
+    """Write the Rank `r` into the int64 words of a RANK_RECORD: its columns, then its other fields in order."""
+    n = len(r.columns)
+    for q in range(n):
+        words[q] = r.columns[q]
+    rest = r[1:]
+    for q in range(len(rest)):
+        words[n + q] = rest[q]
 
 
 @numba.njit(cache=True)
@@ -80,9 +105,10 @@ def store_columns(columns, out, slot):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_step_axes, dp_mode,
-                scratch, scratch_words, rank_out, gpu_out, step_out, device_out, time_out):
+                scratch, scratch_words, rank_scratch, rank_words, rank_out, gpu_out, step_out, device_out, time_out):
     """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out, device_out and time_out
-    (above; time_out[:, row] holds the float Times)."""
+    (above; time_out[:, row] holds the float Times). Each block owns one record of `scratch` (the configuration)
+    and one of `rank_scratch` (its Rank, RANK_RECORD), written through their int64 views."""
     n_axes = radices.shape[0]
     n_outer = n_rank_axes + n_step_axes
     rows_per_step = 1
@@ -101,6 +127,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         if lo >= hi:
             continue
         words, rec = scratch_words[b], scratch[b]
+        held_rank = rank_scratch[b]
         table = np.empty((n_gpu_columns, rows_per_step), dtype=np.int64)
         host_ram = np.empty(rows_per_step, dtype=np.int64)
         rates = np.empty((N_RATES, rows_per_step), dtype=np.float64)
@@ -114,7 +141,8 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         step_slot = (start + lo) // rows_per_step - first_step
         set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
         r = rank_terms(rec)
-        s = step_terms(rec, r)
+        store_rank(r, rank_words[b])
+        s = step_terms(rec, held_rank)
         fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_ram, rates)
         opens_rank = lo == 0 or (start + lo) % rows_per_rank == 0
         opens_step = lo == 0 or g == 0
@@ -149,6 +177,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if k < n_rank_axes:  # a rank axis moved: rebuild the record, every level again
                 set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
                 r = rank_terms(rec)
+                store_rank(r, rank_words[b])
                 fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_ram,
                                rates)
                 rank_slot += 1
@@ -156,4 +185,4 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             else:
                 for j in range(k, n_outer):
                     set_axis(words, j, digits[j], axis_words, axis_fields, axis_width)
-            s = step_terms(rec, r)
+            s = step_terms(rec, held_rank)
