@@ -37,19 +37,29 @@ def _compiled_sources_digest() -> str:
     files = sorted(here.glob("model/*.py")) + [here / "inputs" / n for n in inputs]
     files += [here / "catalogs" / "conventions.py"]
     files += [DATA_DIR / "optimizers.toml", DATA_DIR / "frameworks.toml"]  # compile-time constants of the kernels
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"inline-threshold={LLVM_INLINE_THRESHOLD}".encode())  # the code LLVM makes depends on it
     for f in files:
         if f.exists():
             digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 
 
+# LLVM's inlining threshold while numba compiles the kernels (its default at -O3 is 250). The step's phased peak
+# is a hundred small formulas; inlined, they share their common terms and no call moves arguments: the sweep kernel
+# runs 1.8x as fast (8 paired runs of bench_sweep's 10^7 grid: 33.9 vs 19.0 M/s best of each, ratios 1.26-2.27),
+# for a cold compile about 40% longer (85-103 s -> 119 s here). 500 gave 1.15x less; 5,000 was slower than 1,000.
+# numba has no per-function setting: the option holds for whatever this process compiles after memsim is imported.
+LLVM_INLINE_THRESHOLD = 1000
+
+
 def _configure_numba() -> None:
-    """The kernels' cache directory, and the threading layer: numba's own workqueue rather than OpenMP, whose
-    idle threads spin while the sweep's Parquet writer thread needs the same cores (measured: 1.8x the
-    end-to-end rate of a sweep on 2 cores)."""
+    """The kernels' cache directory, LLVM's inlining threshold (above), and the threading layer: numba's own
+    workqueue rather than OpenMP, whose idle threads spin while the sweep's Parquet writer thread needs the same
+    cores (measured: 1.8x the end-to-end rate of a sweep on 2 cores)."""
+    import llvmlite.binding
     import numba
 
+    llvmlite.binding.set_option("memsim", f"-inline-threshold={LLVM_INLINE_THRESHOLD}")
     if not os.environ.get("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "workqueue"
     if os.environ.get("NUMBA_CACHE_DIR"):

@@ -116,7 +116,8 @@ class SweepKernel:
     def __init__(self, grid: Grid, compiled: bool | None = None):
         self.grid = grid
         self.compiled = uses_kernel(grid.total, sweep_chunk) if compiled is None else compiled
-        self.compiles = self.compiled and not loaded(sweep_chunk) and cold(sweep_chunk)  # its first evaluate compiles sweep_chunk
+        # its first evaluate compiles sweep_chunk
+        self.compiles = self.compiled and not loaded(sweep_chunk) and cold(sweep_chunk)
         self.said = False  # ... and says so first
         axes = grid.axes
         width = max(len(a.fields) for a in axes)

@@ -27,9 +27,12 @@ from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, INT_OUTPUTS, RANK_
 from engine.model.sweep_kernel import block_scratch, sweep_chunk
 
 UNSET = np.iinfo(np.int64).min
-PYTHON_SECONDS_PER_ROW = 0.45e-3  # the scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py)
+# The scalar reference in Python, a row unpacked and evaluated whole: 0.41 ms (bench_first_answer.py).
+PYTHON_SECONDS_PER_ROW = 0.45e-3
 KERNEL_LOAD_SECONDS = 0.65  # the compiled kernel loaded from a warm on-disk cache, first call
-KERNEL_COMPILE_SECONDS = 60.0  # the kernel built on a cold cache: 56-69 s wall on two idle cores (sweep_kernel.py)
+# The kernel built on a cold cache: 56-69 s wall on two idle cores before LLVM inlined the formulas, which takes ~1.3x
+# as long (engine.LLVM_INLINE_THRESHOLD; 107-119 s against 85-103 s on this two-core machine when loaded).
+KERNEL_COMPILE_SECONDS = 80.0
 PROGRESS_SECONDS = 15.0  # how often a compile in progress says how long it has taken
 DP_GIVEN = 2  # split.degrees: a resolved record's dp and n_gpus are kept as they are
 log = logging.getLogger("memsim")
@@ -59,8 +62,9 @@ def loaded(kernel) -> bool:
 
 @contextlib.contextmanager
 def announced_compile(kernel, seconds: float = KERNEL_COMPILE_SECONDS, every: float = PROGRESS_SECONDS):
-    """Around a call that compiles `kernel` (on one row, so that it ends when the compile does): say once, through the `memsim` logger (the CLI prints it on stderr),
-    that it compiles and for about how long, then every `every` seconds how long it has taken, until it returns."""
+    """Around a call that compiles `kernel` (on one row, so that it ends when the compile does): say once, through
+    the `memsim` logger (the CLI prints it on stderr), that it compiles and for about how long, then every `every`
+    seconds how long it has taken, until it returns."""
     where = getattr(getattr(kernel, "_cache", None), "_cache_path", "the numba cache")
     log.warning("compiling the kernel (first run only, about %d s on two idle cores; cached in %s)...",
                 seconds, where)
@@ -101,7 +105,8 @@ class PlainRecord:
 
 
 def columns_by_name(out: np.ndarray, times: np.ndarray) -> dict[str, np.ndarray]:
-    return {name: out[k] for k, name in enumerate(INT_OUTPUTS)} | {name: times[k] for k, name in enumerate(TIME_COLUMNS)}
+    ints = {name: out[k] for k, name in enumerate(INT_OUTPUTS)}
+    return ints | {name: times[k] for k, name in enumerate(TIME_COLUMNS)}
 
 
 def empty_outputs(n_rows: int) -> tuple[np.ndarray, np.ndarray]:

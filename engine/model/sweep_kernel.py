@@ -27,10 +27,11 @@ from engine.model.levels import device_terms, gpu_from_table
 from engine.model.split import degrees
 
 # The rank, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
-# cold compile takes 56-69 s instead of 94 s on two cores (78 s with the step alone inlined). The calls cost ~7% of
-# the kernel's rate, which the step's layer counts held by the Rank (split.evaluated_layers) won back (paired runs of
-# bench_sweep's 10^7 grid against one inlined kernel: 17.7-20.5 vs 17.2-19.6 M/s). device_terms, a few additions
-# per row, stays inlined.
+# cold compile took 56-69 s instead of 94 s on two idle cores (78 s with the step alone inlined). The calls cost ~7%
+# of the kernel's rate, which the step's layer counts held by the Rank (split.evaluated_layers) won back (paired runs
+# of bench_sweep's 10^7 grid against one inlined kernel: 17.7-20.5 vs 17.2-19.6 M/s). device_terms, a few additions
+# per row, stays inlined. Within each level LLVM inlines the formulas up to engine.LLVM_INLINE_THRESHOLD: 1.8x the
+# kernel's rate for a compile ~1.3x as long (107-119 s against 85-103 s on this machine, loaded, stop 36).
 rank_terms = numba.njit(cache=True, nogil=True)(levels.rank_terms)
 step_terms = numba.njit(cache=True, nogil=True)(levels.step_terms)
 gpu_terms = numba.njit(cache=True, nogil=True)(levels.gpu_terms)
