@@ -119,3 +119,24 @@ def test_a_small_sweep_in_python_stores_what_the_kernel_stores():
     python, kernel = (SweepKernel(grid, compiled=c).evaluate(start, count) for c in (False, True))
     for name in [*OUTPUTS, "dp", "n_gpus"]:
         np.testing.assert_array_equal(python.values(name), kernel.values(name), err_msg=name)
+
+
+def test_the_rank_reaches_the_step_as_a_record_of_its_every_field():
+    """The kernel hands the step a Rank stored as a record (sweep_kernel.RANK_RECORD): every field, in the
+    NamedTuple's order, holds the scalar reference's value, down to a parameter count past 2^32."""
+    from engine.model.kernel import PlainRecord
+    from engine.model.levels import Rank, rank_terms
+    from engine.model.sweep_kernel import block_scratch, store_rank
+
+    rng = np.random.default_rng(7)
+    cases = [random_case(rng) for _ in range(40)] + [{"model": "llama-3.1-405b", "n_gpus": 8}]
+    records, _, _ = resolve_cases(cases)
+    _, _, ranks, words = block_scratch(1)
+    for rec in records:
+        r = rank_terms(PlainRecord(rec))
+        store_rank(r, words[0])
+        stored = ranks[0]
+        assert [stored["columns"][name] for name in r.columns._fields] == list(r.columns)
+        fields = Rank._fields[1:]
+        assert {name: stored[name] for name in fields} == {name: getattr(r, name) for name in fields}
+    assert stored["params"] > 2**32
