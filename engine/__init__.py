@@ -45,9 +45,11 @@ def _compiled_sources_digest() -> str:
 
 
 # LLVM's inlining threshold while numba compiles the kernels (its default at -O3 is 250). The step's phased peak
-# is a hundred small formulas; inlined, they share their common terms and no call moves arguments: the sweep kernel
-# runs 1.8x as fast (8 paired runs of bench_sweep's 10^7 grid: 33.9 vs 19.0 M/s best of each, ratios 1.26-2.27),
-# for a cold compile about 40% longer (85-103 s -> 119 s here). 500 gave 1.15x less; 5,000 was slower than 1,000.
+# is a hundred small formulas; inlined, they share their common terms and no call moves arguments. Eight paired runs
+# of bench_sweep's 10^7 grid against the default, the Rank already passed as a record (sweep_kernel.RANK_RECORD):
+# 1.78x at the median (ratios 1.26-2.27); the two together 1.76x against the kernel before either (six pairs; the
+# machine's speed moves 2x between runs, so the separate medians do not multiply). A cold compile takes ~1.3x as
+# long (107-119 s against 85-103 s, loaded). 500 gave 1.15x less than 1,000; 5,000 was slower than 1,000.
 # numba has no per-function setting: the option holds for whatever this process compiles after memsim is imported.
 LLVM_INLINE_THRESHOLD = 1000
 

@@ -12,8 +12,9 @@ comparisons) for every row. Each level is stored once per slot of consecutive ro
     step_out[:, slot]                      StepColumns                        slot = index // rows_per_step - first
     device_out[:, row], time_out[:, row]   DeviceColumns, Times               row = index - start
 
-Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns one
-scratch record, written through its int64 view `words` and read as a record by the formulas. A slot is written
+Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns two
+scratch records, the configuration and its Rank (RANK_RECORD), each written through its int64 view and read as a
+record by the formulas. A slot is written
 by the one row that opens it (or by the chunk's first row), so no two blocks write the same place.
 """
 
@@ -46,8 +47,9 @@ RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankCol
 
 
 def block_scratch(blocks: int) -> tuple:
-    """sweep_chunk's per-block scratch: a configuration record and a Rank record per block, each with its int64
-    view."""
+    """sweep_chunk's per-block scratch, in the order of its parameters: `scratch` (a configuration record per
+    block, RECORD), its int64 view `scratch_words`, `rank_scratch` (a Rank record per block, RANK_RECORD) and its
+    int64 view `rank_words`."""
     scratch, ranks = np.zeros(blocks, dtype=RECORD), np.zeros(blocks, dtype=RANK_RECORD)
     return scratch, scratch.view(np.int64).reshape(blocks, -1), ranks, ranks.view(np.int64).reshape(blocks, -1)
 
