@@ -133,7 +133,7 @@ class SweepKernel:
         self.rows_per_step = int(np.prod(self.radices[self.n_rank + self.n_step:]))
         self.rows_per_rank = int(np.prod(self.radices[self.n_rank:]))
         self.blocks = 8 * numba.get_num_threads()
-        self.scratch = block_scratch(self.blocks)
+        self.block_scratch = block_scratch(self.blocks)  # sweep_chunk's four scratch arrays, in its order
         self.buffers = [None] * BUFFER_SETS
         self.adopted = [False] * BUFFER_SETS
         self.turn = 0
@@ -176,7 +176,7 @@ class SweepKernel:
             self.evaluate_in_python(start, count, *buffers)
         elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
             arrays = (self.grid.base, self.axis_words, self.axis_fields, self.axis_width, self.radices, self.n_rank,
-                      self.n_step, self.grid.dp_mode, *self.scratch, *buffers)
+                      self.n_step, self.grid.dp_mode, *self.block_scratch, *buffers)
             if self.compiles and not self.said:  # once: the first call compiles and caches it, on one row
                 self.said = True
                 with announced_compile(sweep_chunk):
