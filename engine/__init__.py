@@ -64,10 +64,11 @@ def _configure_numba() -> None:
     llvmlite.binding.set_option("memsim", f"-inline-threshold={LLVM_INLINE_THRESHOLD}")
     if not os.environ.get("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "workqueue"
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
-
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memsim" / "numba"
+    # A directory per digest of the kernels' sources, under NUMBA_CACHE_DIR where the user sets one: numba's own
+    # index would load a kernel compiled before a formula in another file (or the inlining threshold) changed.
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    base = Path(chosen) / "memsim" if chosen else user_cache / "memsim" / "numba"
     numba.config.CACHE_DIR = str(base / _compiled_sources_digest())
 
 # engine.model calls _configure_numba() before it defines its first compiled function: `import engine` stays light,

@@ -79,14 +79,16 @@ def copy_build_inputs(dest: Path) -> Path:
 def run(argv: list, cwd: Path, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
                           check=False)
-    assert done.returncode == 0, f"{' '.join(map(str, argv))} -> {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    shown = f"{' '.join(map(str, argv))} -> {done.returncode}"
+    assert done.returncode == 0, f"{shown}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
 
 def pip_install(python: Path, *args) -> None:
     """pip of this interpreter, installing into `python`'s environment (the venv has no pip of its own, so the
     setuptools that builds is the system's, not an older one bundled with the venv)."""
-    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", *build_isolation(), *args], cwd=REPO)
+    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", *build_isolation(), *args],
+        cwd=REPO)
 
 
 def build_isolation() -> list[str]:
@@ -203,6 +205,14 @@ def test_ci_runs_the_readme_test_command():
     in_readme = readme[next(i for i, line in enumerate(readme) if line.startswith("# 2. run the tests")) + 1]
     in_ci = ci[ci.index("# --- the README's test command, verbatim ---") + 1]
     assert in_ci == in_readme and in_readme.endswith("python -m pytest")
+
+
+def test_a_numba_cache_dir_the_user_sets_holds_the_kernels_under_their_sources_digest(tmp_path):
+    # numba's own index keys a kernel by its function's file alone: a formula edited in another file, or another
+    # inlining threshold, would load the old kernel (old numbers) from a directory shared across digests.
+    env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path)}
+    shown = run([sys.executable, "-c", "import engine.model, numba; print(numba.config.CACHE_DIR)"], REPO, env).stdout
+    assert shown.strip() == str(tmp_path / "memsim" / engine._compiled_sources_digest())
 
 
 def test_ci_runs_it_in_a_fresh_venv():
