@@ -6,14 +6,17 @@ the test interpreter's packages for the heavy dependencies), and run memsim from
 an editable install in another fresh venv must find the same files through importlib.resources too.
 """
 
+import csv
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -213,6 +216,24 @@ def test_a_numba_cache_dir_the_user_sets_holds_the_kernels_under_their_sources_d
     env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path)}
     shown = run([sys.executable, "-c", "import engine.model, numba; print(numba.config.CACHE_DIR)"], REPO, env).stdout
     assert shown.strip() == str(tmp_path / "memsim" / engine._compiled_sources_digest())
+
+
+def test_the_test_command_installs_the_versions_the_measured_sets_were_made_with():
+    # The sets' replays skip under other versions (tests/measure_helpers.py): pinned, a new release cannot quietly
+    # take them out of CI. Every *_version column of every committed set names the one pinned version.
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pinned = dict(requirement.split("==") for requirement in extras["test"] if "==" in requirement)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    pinned["torch"] = re.search(r"# 2\. run the tests.*\n.*pip install torch==([\w.]+) ", readme).group(1)
+    made = {}
+    for path in sorted((REPO / "data" / "measured").glob("*.csv")):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                for column, version in row.items():
+                    if column.endswith("_version") and version:
+                        made.setdefault(column.removesuffix("_version"), set()).add(version.split("+")[0])
+    assert set(made) == {"torch", "transformers", "peft", "torchao", "bitsandbytes"}
+    assert {name: {pinned.get(name)} for name in made} == made
 
 
 def test_ci_runs_it_in_a_fresh_venv():
