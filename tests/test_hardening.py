@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from engine.configure.resolve import MODEL_FIELD_NAMES
 from engine.inputs.vocabulary import INPUT_FIELDS
-from tests.dataset_helpers import one_line_error, swept, write_spec
+from tests.dataset_helpers import one_line_error, swept, sweep_rows, write_spec
 
 GPT2_CONFIG = os.path.join(os.path.dirname(__file__), "fixtures", "hf_configs", "gpt2.json")
 TWO_ROWS = '[axes]\nmodel = ["gpt2"]\nseq_len = [512, 1024]\n'
@@ -54,6 +54,25 @@ def test_a_sequence_past_the_learned_positions_is_an_invalid_row(memsim, tmp_pat
     rows = pl.read_parquet(tmp_path / "e.parquet")
     assert rows["valid"].to_list() == [True, False, True]
     assert rows["fits"][1] is False and "n_positions" in rows["invalid_reason"][1]
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_an_invalid_row(memsim, tmp_path):
+    # torchao's float8 and Transformer Engine refuse an A100 (data/architectures.toml): never a fit or a step time.
+    code, _, err = memsim("explain", "--precision", "fp8", "--gpu", "a100-sxm-80gb")
+    assert one_line_error(code, err) and "FP8 tensor cores" in err
+    assert memsim("explain", "--precision", "fp8", "--gpu", "h100-sxm-80gb")[0] == 0
+    cases = tmp_path / "cases.csv"
+    cases.write_text("precision,gpu\nfp8,a100-sxm-80gb\nfp8,h100-sxm-80gb\nfp8,rtx-4090\namp_bf16,a100-sxm-80gb\n")
+    assert memsim("estimate", cases, "-o", tmp_path / "e.parquet")[0] == 0
+    rows = pl.read_parquet(tmp_path / "e.parquet").to_dicts()
+    assert [row["valid"] for row in rows] == [False, True, True, True]  # the RTX 4090 (Ada) has them
+    refused, runs = rows[0], rows[1]
+    assert "FP8 tensor cores" in refused["invalid_reason"] and refused["fits"] is False
+    assert refused["device_peak_bytes"] is refused["step_time_s"] is refused["tokens_per_gpu_s"] is None
+    assert refused["activation_bytes"] == runs["activation_bytes"]  # the step holds what it holds where it runs
+    ds = swept(tmp_path, '[axes]\nprecision = ["amp_bf16", "fp8"]\ngpu = ["a100-sxm-80gb", "h100-sxm-80gb"]\n')
+    frame = sweep_rows(ds)
+    assert frame.filter(~pl.col("valid"))[["precision", "gpu"]].rows() == [("fp8", "a100-sxm-80gb")]
 
 
 @pytest.mark.parametrize("axis, says", [("headroom = [nan]", "headroom"), ("zero_stage = [4]", "zero_stage"),

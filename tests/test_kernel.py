@@ -6,7 +6,7 @@ import pytest
 from engine.catalogs import catalog
 from engine.catalogs.recipes import presets
 from engine.configure.grid import build_grid, decode
-from engine.configure.resolve import resolve_cases
+from engine.configure.resolve import architectures, resolve_cases
 from engine.configure.spec import parse_spec
 from engine.dataset.chunks import SweepKernel
 from engine.model.kernel import UNSET, evaluate_compiled, evaluate_reference
@@ -87,10 +87,13 @@ def test_estimate_kernel_equals_reference_on_random_configurations(seed, n):
 @pytest.mark.parametrize("seed, n", SAMPLES)
 def test_sweep_kernel_equals_reference_on_random_grids(seed, n):
     rng = np.random.default_rng(100 + seed)
-    models, gpus = list(catalog.load_models()), list(catalog.load_gpus())
+    models, gpus = list(catalog.load_models()), catalog.load_gpus()
+    fp8 = {True: [], False: []}  # one GPU that runs fp8 and one that cannot: the device level's validity both ways
+    for key, entry in gpus.items():
+        fp8[architectures()[entry["arch"]]["fp8_tensor_cores"]].append(key)
     axes = {
-        "model": list(rng.choice(models, 3, replace=False)), "gpu": list(rng.choice(gpus, 2, replace=False)),
-        "n_gpus": [8, 32], "tp": [1, 2, 8], "zero_stage": [0, 3], "precision": ["amp_bf16", "bf16", "fp32"],
+        "model": list(rng.choice(models, 3, replace=False)), "gpu": [rng.choice(fp8[True]), rng.choice(fp8[False])],
+        "n_gpus": [8, 32], "tp": [1, 2, 8], "zero_stage": [0, 3], "precision": ["amp_bf16", "bf16", "fp32", "fp8"],
         "lora_rank": [0, 16], "micro_batch": [1, 4], "seq_len": [1024, 8192], "checkpointing": ["none", "full"],
         "attention": ["eager", "flash"], "sp": [False, True], "headroom": [0.1, 0.2],
         "optimizer_impl": ["foreach", "fused"], "loss_impl": ["standard", "chunked", "fused_linear"],
@@ -112,8 +115,9 @@ def test_sweep_kernel_equals_reference_on_random_grids(seed, n):
 def test_a_small_sweep_in_python_stores_what_the_kernel_stores():
     """A sweep of a few hundred rows runs the scalar reference in Python (no compile); its chunk holds exactly the
     kernel's values, slot for slot."""
-    axes = {"model": ["llama-3.2-1b", "mixtral-8x7b"], "gpu": ["h100-sxm-80gb", "rtx-4090"], "n_gpus": [1, 8],
-            "zero_stage": [0, 3], "micro_batch": [1, 4], "checkpointing": ["none", "full"], "lora_rank": [0, 16]}
+    axes = {"model": ["llama-3.2-1b", "mixtral-8x7b"], "gpu": ["h100-sxm-80gb", "rtx-4090", "a100-sxm-80gb"],
+            "n_gpus": [1, 8], "zero_stage": [0, 3], "micro_batch": [1, 4], "checkpointing": ["none", "full"],
+            "lora_rank": [0, 16], "precision": ["amp_bf16", "fp8"]}  # fp8 on the A100: invalid on the device level
     grid = build_grid(parse_spec({"axes": axes}))
     start, count = 5, grid.total - 9  # slots cut at both ends
     python, kernel = (SweepKernel(grid, compiled=c).evaluate(start, count) for c in (False, True))

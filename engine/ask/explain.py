@@ -193,7 +193,7 @@ def render(result: dict) -> str:
     """The five-second table."""
     lines = [result["summary"], ""]
     if not result["valid"]:
-        lines.append(f"INVALID layout: {result['invalid_reason']}")
+        lines.append(f"CANNOT RUN: {result['invalid_reason']}")
         return "\n".join(lines)
     peak = result["outputs"]["device_peak_bytes"]
     lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")

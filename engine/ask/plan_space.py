@@ -106,7 +106,7 @@ def precisions(rec) -> list[str]:
     """The user's precision and the others of its 16-bit family; fp8 where the GPU has fp8 tensor cores."""
     user = spell("precision", rec.precision)
     family = ["amp_fp16", "fp16"] if rec.precision in (Precision.AMP_FP16, Precision.FP16) else ["amp_bf16", "bf16"]
-    if rec.fp8_tflops > 0 and family[0] == "amp_bf16":
+    if rec.fp8_tensor_cores and family[0] == "amp_bf16":
         family.append("fp8")
     return list(dict.fromkeys([user, *family]))
 

@@ -26,5 +26,5 @@ def run(args) -> None:
     show_notices()  # a kernel about to compile says so (a few rows run in Python and never do)
     result = explain(config)
     if not result["valid"]:
-        raise UserError(f"this layout cannot run: {result['invalid_reason']} ({result['summary']})")
+        raise UserError(f"this configuration cannot run: {result['invalid_reason']} ({result['summary']})")
     print(to_json(result) if args.json else render(result))

@@ -37,6 +37,12 @@ def overheads() -> dict:
         return tomllib.load(f)
 
 
+@cache
+def architectures() -> dict:
+    with open(DATA_DIR / "architectures.toml", "rb") as f:
+        return tomllib.load(f)
+
+
 def model_fields(entry: dict) -> dict:
     """A catalog or config.json entry as record values (codes for the categorical fields)."""
     fields = {n: parse(n, entry[n]) for n in MODEL_FIELD_NAMES if n in entry and not is_empty(entry[n])}
@@ -67,7 +73,8 @@ def nccl_attributes(entry: dict) -> dict:
 
 
 def gpu_attributes(entry: dict) -> dict:
-    """A GPU catalog entry as the record's GPU attributes: capacity and the overheads of its architecture."""
+    """A GPU catalog entry as the record's GPU attributes: capacity, the overheads of its architecture and what
+    its tensor cores run."""
     arch = overheads()[entry["arch"]]
     per_node = entry.get("gpus_per_node", 0) or 0
     host = entry.get("host_ram_bytes_per_node", 0) or 0
@@ -87,6 +94,7 @@ def gpu_attributes(entry: dict) -> dict:
         "bandwidth_bytes_per_s": float(entry.get("bandwidth_bytes_per_s") or 0.0),
         "fp8_matmul_tflops_achievable": float(entry.get("fp8_matmul_tflops_achievable") or 0.0),
         "nvlink_domain_gpus": int(entry.get("nvlink_domain_gpus") or 0),
+        "fp8_tensor_cores": architectures()[entry["arch"]]["fp8_tensor_cores"],
     }
 
 

@@ -95,15 +95,16 @@ class Chunk:
         return self.expand("rank", self.rank[RANK_ROWS.index(name)], rows)
 
     def count_rows(self, name: str, value: int) -> int:
-        """Rows where a rank- or step-level column equals `value`, counted slot by slot."""
+        """Rows where an integer column equals `value` (a rank- or step-level one counted slot by slot)."""
+        if name in DEVICE_COLUMNS:
+            return int((self.device[DEVICE_COLUMNS.index(name)] == value).sum())
         if name in STEP_COLUMNS:
             return int(self.step_runs[1][self.step[STEP_COLUMNS.index(name)] == value].sum())
         return int(self.rank_runs[1][self.rank[RANK_ROWS.index(name)] == value].sum())
 
     def reasons(self) -> np.ndarray:
         """Rows per invalid_reason code."""
-        codes = self.step[STEP_COLUMNS.index("invalid_reason")]
-        return np.bincount(codes, weights=self.step_runs[1], minlength=1).astype(np.int64)
+        return np.bincount(self.device[DEVICE_COLUMNS.index("invalid_reason")], minlength=1).astype(np.int64)
 
 
 class SweepKernel:

@@ -143,7 +143,7 @@ class Component(IntEnum):
 
 
 class Invalid(IntEnum):
-    """Why a layout cannot run; 0 means it can."""
+    """Why a configuration cannot run (its layout, its sequence, or on its GPU); 0 means it can."""
 
     OK = 0
     TP_HEADS = 1
@@ -163,6 +163,7 @@ class Invalid(IntEnum):
     TOO_LARGE = 15
     SEQ_POSITIONS = 16
     DENSE_LAYERS = 17
+    NO_FP8 = 18  # the GPU's, not the layout's: levels.gpu_terms
 
 
 INVALID_REASONS = {
@@ -184,6 +185,7 @@ INVALID_REASONS = {
     Invalid.TOO_LARGE: "its bytes exceed 2^62 (beyond any GPU, and beyond what a 64-bit count can hold)",
     Invalid.SEQ_POSITIONS: "seq_len exceeds the model's learned positions (n_positions)",
     Invalid.DENSE_LAYERS: "first_dense_layers exceeds n_layers",
+    Invalid.NO_FP8: "precision fp8 needs FP8 tensor cores (Ada, Hopper, Blackwell, MI300 and later): this GPU has none",
 }
 
 # The CONFIG.md strings of each categorical column, in code order.

@@ -30,7 +30,7 @@ LEVELS = {
     "rank": "what one rank holds that the workload and the GPU do not change: the model states",
     "step": "one training step's peak (NULL where the configuration cannot run)",
     "gpu": "what a GPU type offers a layout, and what lives on it beside the tensors",
-    "device": "one configuration on one GPU: the step's peak beside that GPU's overheads",
+    "device": "one configuration on one GPU: the step's peak beside that GPU's overheads, and whether it runs there",
     "time": "time and cost of one optimizer step (NaN where the configuration cannot run, or no price is known)",
 }
 
@@ -69,9 +69,9 @@ OUTPUT_COLUMNS = [
     Output("host_bytes", "step", "int64", "bytes",
            "host RAM the offload needs per GPU: offloaded states and activations",
            "engine/model/states.py host_states_bytes; ZeRO-Offload arXiv:2101.06840 sec. 4"),
-    Output("valid", "step", "bool", "", "whether the layout can run at all", "engine/model/validity.py",
-           nullable=False, compact=True),
-    Output("invalid_reason", "step", "category", "", "why the layout cannot run (NULL on valid rows)",
+    Output("valid", "device", "bool", "", "whether the configuration can run at all: its layout, its sequence, and "
+           "on this GPU", "engine/model/validity.py", nullable=False, compact=True),
+    Output("invalid_reason", "device", "category", "", "why the configuration cannot run (NULL on valid rows)",
            "engine/model/validity.py", compact=True),
     Output("step_time_s", "time", "float64", "s",
            "seconds per optimizer step: every micro-batch, the pipeline bubble, exposed communication",

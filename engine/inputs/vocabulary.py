@@ -92,7 +92,8 @@ NAME_FIELDS = [
     Field("gpu", "str", "h100-sxm-80gb", "GPU catalog key"),
 ]
 
-# The GPU's attributes: from the catalog (data/gpus.toml, data/overheads.toml) unless a case gives them.
+# The GPU's attributes: from the catalog (data/gpus.toml, data/overheads.toml, data/architectures.toml) unless a case
+# gives them.
 GPU_FIELDS = [
     Field("capacity_bytes", "int", 0, "the GPU's memory in bytes (0 = the catalog's)", low=0, high=2**50),
     Field("cuda_context_bytes", "int", 0, "CUDA context on the GPU (0 = by architecture, data/overheads.toml)", low=0, high=2**50),
@@ -114,6 +115,7 @@ GPU_FIELDS = [
     Field("bandwidth_bytes_per_s", "float", 0.0, "HBM bandwidth, bytes/s (0 = the catalog's)", low=0.0, high=1e15),
     Field("fp8_matmul_tflops_achievable", "float", 0.0, "measured achievable fp8 matmul TFLOP/s (0: the bf16 one x fp8/bf16 peak)", low=0.0, high=1e6),
     Field("nvlink_domain_gpus", "int", 0, "GPUs that reach each other over the intra-node link (0 = gpus_per_node; an NVL72 rack: 72)", low=0, high=2**20),
+    Field("fp8_tensor_cores", "bool", False, "the GPU's tensor cores multiply in FP8, which precision = fp8 needs (by architecture, data/architectures.toml)"),
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 

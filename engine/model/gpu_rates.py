@@ -54,7 +54,8 @@ def bf16_matmul_flops_per_s(c):
 @formula
 def matmul_flops_per_s(c):
     """Achievable matmul FLOP/s in the precision the matmuls run in: fp8 at its own MAMF (else the bf16 one
-    scaled by the peaks; a GPU without fp8 runs them in 16 bits), fp32 on the CUDA cores."""
+    scaled by the peaks; where the catalog has no fp8 peak for a GPU with FP8 tensor cores, the GeForce parts, the
+    16-bit rate, a floor; a GPU without them cannot run fp8: validity.gpu_reason), fp32 on the CUDA cores."""
     if c.precision == Precision.FP8 and c.fp8_tflops > 0:
         if c.fp8_matmul_tflops_achievable > 0:
             return c.fp8_matmul_tflops_achievable * 1e12

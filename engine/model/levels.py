@@ -66,7 +66,7 @@ from engine.model.temporaries import (
     optimizer_step_bytes,
 )
 from engine.model.time import Times, device_times
-from engine.model.validity import layout_reason, sequence_reason
+from engine.model.validity import gpu_reason, layout_reason, sequence_reason
 
 NULL = -1
 NO_WORK = Work(*[np.nan] * len(Work._fields))  # a configuration that cannot run does no work
@@ -186,6 +186,7 @@ def rank_terms(c):
 
 class Step(NamedTuple):
     columns: StepColumns
+    reason: int  # Invalid code of the layout and sequence rules (device_terms adds the GPU's)
     runs: bool  # a runnable layout with model dims: the peak is defined
     work: Work  # FLOPs and collective bytes of the step (step_work.py)
     largest: int  # the largest component of the tensors at the peak (a Component code) ...
@@ -240,12 +241,11 @@ def step_terms(c, r):
     optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
     where the loss-sized block makes the last one reserve more."""
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
-    valid = int(reason == Invalid.OK)
     if not has_dims(c) or reason != Invalid.OK:
-        columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=NULL, temp_bytes=NULL,
-                              allocated_peak_bytes=NULL, reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL,
-                              peak_grad_bytes=NULL, peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
-        return Step(columns, False, NO_WORK, NULL, NULL)
+        columns = StepColumns(activation_bytes=NULL, temp_bytes=NULL, allocated_peak_bytes=NULL,
+                              reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL, peak_grad_bytes=NULL,
+                              peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
+        return Step(columns, reason, False, NO_WORK, NULL, NULL)
     p, holds_loss, last = peak_of_ranks(c, r, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
@@ -257,24 +257,25 @@ def step_terms(c, r):
         slack = max(slack, last_reserved - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
-    columns = StepColumns(valid=valid, invalid_reason=reason, activation_bytes=p.activation_bytes,
+    columns = StepColumns(activation_bytes=p.activation_bytes,
                           temp_bytes=p.temp_bytes, allocated_peak_bytes=p.allocated_bytes,
                           reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
                           peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, True, step_work(c, r), largest, largest_bytes)
+    return Step(columns, reason, True, step_work(c, r), largest, largest_bytes)
 
 
 class Gpu(NamedTuple):
     columns: GpuColumns
+    reason: int  # Invalid code of what its hardware cannot run (validity.gpu_reason)
     host_ram_bytes: int  # this GPU's share of its node's RAM (gpus.toml; 0: unknown, not a constraint)
     rates: Rates  # how fast it computes and communicates (gpu_rates.py)
 
 
 @formula
-def gpu_from_table(table, host_ram, rates, g):
+def gpu_from_table(table, reasons, host_ram, rates, g):
     """The Gpu held in column g of a table of GpuColumns rows (the sweep kernel's per-rank table)."""
-    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), host_ram[g],
+    return Gpu(GpuColumns(table[0, g], table[1, g], table[2, g]), reasons[g], host_ram[g],
                Rates(rates[0, g], rates[1, g], rates[2, g], rates[3, g], rates[4, g], rates[5, g], rates[6, g],
                      rates[7, g], rates[8, g], rates[9, g]))
 
@@ -300,7 +301,7 @@ def host_ram_per_gpu(c):
 def gpu_terms(c, r):
     """The GPU type's side of a layout: its overheads, capacity and usable bytes (no workload)."""
     columns = GpuColumns(overhead_bytes=overhead_bytes(c), capacity_bytes=c.capacity_bytes, usable_bytes=usable_bytes(c))
-    return Gpu(columns, host_ram_per_gpu(c), gpu_rates(c, r))
+    return Gpu(columns, gpu_reason(c).value, host_ram_per_gpu(c), gpu_rates(c, r))
 
 
 class Device(NamedTuple):
@@ -310,16 +311,23 @@ class Device(NamedTuple):
 
 @formula
 def device_terms(r, s, g):
-    """The step's peak on this GPU: device peak, whether it fits, and what dominates."""
-    if not s.runs:
-        fits = 0 if s.columns.valid == 0 else NULL  # no dims: unknown
-        return Device(DeviceColumns(device_peak_bytes=NULL, fits=fits, bottleneck=NULL), NO_TIMES)
+    """The step's peak on this GPU: device peak, whether it fits, what dominates, and whether it runs there at all
+    (the layout's and the sequence's rules first, then the GPU's). On a GPU that cannot run it the step's own
+    columns stay what it holds where it runs; this GPU's are NULL."""
+    reason = s.reason if s.reason != Invalid.OK else g.reason
+    if reason != Invalid.OK:
+        columns = DeviceColumns(device_peak_bytes=NULL, fits=0, bottleneck=NULL, valid=0, invalid_reason=reason)
+        return Device(columns, NO_TIMES)
+    if not s.runs:  # no dims: unknown
+        columns = DeviceColumns(device_peak_bytes=NULL, fits=NULL, bottleneck=NULL, valid=1, invalid_reason=reason)
+        return Device(columns, NO_TIMES)
     overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead
     host_fits = g.host_ram_bytes == 0 or s.columns.host_bytes <= g.host_ram_bytes  # 0: unknown, no constraint
     fits = int(device <= g.columns.usable_bytes and host_fits)
     bottleneck = Component.OVERHEAD.value if overhead > s.largest_bytes else s.largest
-    columns = DeviceColumns(device_peak_bytes=device, fits=fits, bottleneck=bottleneck)
+    columns = DeviceColumns(device_peak_bytes=device, fits=fits, bottleneck=bottleneck, valid=1,
+                            invalid_reason=reason)
     return Device(columns, device_times(s.work, g.rates))
 
 

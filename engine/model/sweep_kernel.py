@@ -84,9 +84,10 @@ def set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp
 
 
 @numba.njit(cache=True)
-def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_ram, rates):
-    """levels.gpu_terms of every device combination g, for the record's rank r: its columns, the host RAM
-    per GPU, and its rates (levels.gpu_from_table reads them back)."""
+def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, reasons, host_ram,
+                   rates):
+    """levels.gpu_terms of every device combination g, for the record's rank r: its columns, what it cannot run,
+    the host RAM per GPU, and its rates (levels.gpu_from_table reads them back)."""
     for g in range(table.shape[1]):
         rest = g
         for k in range(radices.shape[0] - 1, n_outer - 1, -1):
@@ -95,6 +96,7 @@ def fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axi
         terms = gpu_terms(rec, r)
         for q in range(len(terms.columns)):
             table[q, g] = terms.columns[q]
+        reasons[g] = terms.reason
         host_ram[g] = terms.host_ram_bytes
         for q in range(len(terms.rates)):
             rates[q, g] = terms.rates[q]
@@ -132,6 +134,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         words, rec = scratch_words[b], scratch[b]
         held_rank = rank_scratch[b]
         table = np.empty((n_gpu_columns, rows_per_step), dtype=np.int64)
+        reasons = np.empty(rows_per_step, dtype=np.int64)
         host_ram = np.empty(rows_per_step, dtype=np.int64)
         rates = np.empty((N_RATES, rows_per_step), dtype=np.float64)
         digits = np.empty(n_axes, dtype=np.int64)
@@ -146,7 +149,8 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         r = rank_terms(rec)
         store_rank(r, rank_words[b])
         s = step_terms(rec, held_rank)
-        fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_ram, rates)
+        fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, reasons, host_ram,
+                       rates)
         opens_rank = lo == 0 or (start + lo) % rows_per_rank == 0
         opens_step = lo == 0 or g == 0
         for i in range(lo, hi):
@@ -159,7 +163,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if opens_step:
                 store_columns(s.columns, step_out, step_slot)
                 opens_step = False
-            d = device_terms(r, s, gpu_from_table(table, host_ram, rates, g))
+            d = device_terms(r, s, gpu_from_table(table, reasons, host_ram, rates, g))
             store_columns(d.columns, device_out, i)
             store_columns(d.times, time_out, i)
             g += 1
@@ -181,8 +185,8 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
                 set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
                 r = rank_terms(rec)
                 store_rank(r, rank_words[b])
-                fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, host_ram,
-                               rates)
+                fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, reasons,
+                               host_ram, rates)
                 rank_slot += 1
                 opens_rank = True
             else:

@@ -1,7 +1,8 @@
 """Whether a configuration can run at all: the rules a layout must follow, as Invalid codes (0 = it can run).
 
 The layout rules depend on the model, method and layout only (levels.rank_terms checks them once per layout);
-the sequence rules on the sequence length too (levels.step_terms). A row that breaks one is kept, with its
+the sequence rules on the sequence length too (levels.step_terms); the GPU's rule on what its hardware runs
+(levels.gpu_terms; levels.device_terms puts the three together). A row that breaks one is kept, with its
 reason, never dropped (CONFIG.md, Outputs: valid, invalid_reason).
 
 Magnitude guards come first: before any byte is counted in 64-bit integers, a float upper bound of everything
@@ -11,7 +12,7 @@ as the largest per-parameter and per-token byte counts); tests/test_overflow.py 
 arithmetic on huge random configurations.
 """
 
-from engine.inputs.codes import Invalid, Offload, PPSchedule, Quant
+from engine.inputs.codes import Invalid, Offload, PPSchedule, Precision, Quant
 from engine.model.common import formula
 from engine.model.params import has_dims, kv_heads
 from engine.model.states import trains
@@ -132,4 +133,12 @@ def sequence_reason(c):
         return Invalid.CP_SEQ
     if c.n_positions > 0 and c.seq_len > c.n_positions:  # a learned position table has no row past its end
         return Invalid.SEQ_POSITIONS
+    return Invalid.OK
+
+
+@formula
+def gpu_reason(c):
+    """What the GPU's hardware cannot run: fp8 matmuls without FP8 tensor cores (data/architectures.toml)."""
+    if c.precision == Precision.FP8 and not c.fp8_tensor_cores:
+        return Invalid.NO_FP8
     return Invalid.OK

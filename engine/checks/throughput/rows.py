@@ -116,7 +116,7 @@ def prepared(rows: list[dict]) -> list[dict]:
         item |= {"record": record, "rank": r, "step": s,
                  "reference": published_tokens_per_gpu_s(row, float(flops_per_token(record)))}
         if not s.runs:
-            reason = Invalid(s.columns.invalid_reason).name.lower().replace("_", " ")
+            reason = Invalid(s.reason).name.lower().replace("_", " ")
             item["why_not"] = f"not yet comparable: an invalid layout in memsim today ({reason})"
         elif row["confidence"] == "low":
             item["why_not"] = "low confidence: reported only"
