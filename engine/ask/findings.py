@@ -34,7 +34,7 @@ def findings(run: Runner, s: dict, total: int, methods: pl.DataFrame, charted: l
         return [f"No configuration fits: the sweep evaluated {plural(total, 'configuration')} and wrote only fitting ones, "
                 "so nothing was kept. Try larger GPUs, more of them, ZeRO-3, recompute or a smaller model."]
     if s["valid"] == 0:
-        return [f"No configuration fits: none of the {plural(s['configurations'], 'configuration')} is a valid layout "
+        return [f"No configuration fits: none of the {plural(s['configurations'], 'configuration')} can run "
                 "(see the invalid_reason column: memsim sql \"SELECT invalid_reason, count(*) FROM sweep GROUP BY ALL\")."]
     if s["fit"] == 0:
         cells = run("report_feasibility_map", method=None).sort("least_miss_gib").row(0, named=True)

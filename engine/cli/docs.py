@@ -13,7 +13,7 @@ import sys
 
 from engine.catalogs import catalog
 from engine.catalogs.recipes import presets
-from engine.cli.flags import DERIVED_DEFAULTS, flag
+from engine.cli.flags import CATALOG_DEFAULTS, DERIVED_DEFAULTS, flag
 from engine.configure.spec import OUTPUT_OPTIONS, SPEC_TABLES
 from engine.inputs import vocabulary as v
 from engine.inputs.codes import CHOICES, INVALID_REASONS, names
@@ -29,8 +29,9 @@ INPUT_SECTIONS = [
     ("Numerics and training method", "", v.METHOD_FIELDS),
     ("Training recipe (how the framework runs the step)", ("Defaults are plain PyTorch's; a `recipe` preset sets "
      "several (below)."), v.PRESET_FIELDS + v.RECIPE_FIELDS),
-    ("Parallel layout and hardware", ("The GPU's attributes come from data/gpus.toml and data/overheads.toml; a "
-     "value given here overrides the catalog's for that case."), [v.NAME_FIELDS[1]] + v.LAYOUT_FIELDS + v.GPU_FIELDS),
+    ("Parallel layout and hardware", ("The GPU's attributes come from data/gpus.toml, data/overheads.toml and "
+     "data/architectures.toml; a value given here overrides the catalog's for that case."),
+     [v.NAME_FIELDS[1]] + v.LAYOUT_FIELDS + v.GPU_FIELDS),
 ]
 
 # Columns a sweep writes beside the inputs it sweeps and the outputs (engine/dataset/columns.py, chunk_table).
@@ -97,6 +98,8 @@ def kind_of(field) -> str:
 def default_of(field) -> str:
     if field.name in DERIVED_DEFAULTS and field.default == 0:
         return "derived"
+    if field.name in CATALOG_DEFAULTS:
+        return CATALOG_DEFAULTS[field.name]
     value = field.default if field.kind == "str" else v.spell(field.name, field.default)
     return code(str(value).lower() if isinstance(value, bool) else value)
 
@@ -152,7 +155,9 @@ def output_type(o) -> str:
 def output_lines() -> list[str]:
     lines = ["## Outputs (per GPU, for the most loaded rank)", "",
              ("Bytes are int64. On a row that cannot run (`valid` false) the outputs that need a runnable layout "
-             "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. Each column is computed at one "
+             "are NULL and `fits` is false; `invalid_reason` is NULL on valid rows. A layout that runs, on a GPU "
+             "that cannot run it (fp8 without FP8 tensor cores), keeps the step's columns (what it holds where it "
+             "runs) and has that GPU's NULL. Each column is computed at one "
              "level of engine/model/levels.py (the registry engine/inputs/outputs.py lists them); "
              "`compact = true` sweeps store the index and the columns marked compact, and the `sweep` view derives "
              "their axis columns from the index:"), ""]

@@ -9,6 +9,8 @@ from engine.errors import UserError
 from engine.inputs.vocabulary import INPUT_FIELDS, is_choice, names, spell
 
 DERIVED_DEFAULTS = {"n_gpus", "dp", "n_kv_heads", "head_dim", "n_params"}
+# Inputs whose default is the catalog GPU's own value, which no single default spells
+CATALOG_DEFAULTS = {"fp8_tensor_cores": "by the GPU's architecture"}
 # decimal units as vendors print them (an "80GB" card), binary ones as nvidia-smi and memsim do (GiB = 2^30)
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -28,6 +30,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         choices = f" ({'|'.join(names(f.kind))})" if is_choice(f) else ""
         if f.name in DERIVED_DEFAULTS and f.default == 0:
             default = "derived"
+        default = CATALOG_DEFAULTS.get(f.name, default)
         extra = {"nargs": "?", "const": "true"} if f.kind == "bool" else {}
         text = f"{f.help}{choices}; default: {default}".replace("%", "%%")  # argparse formats help with %
         parser.add_argument(flag(f.name), dest=f.name, metavar="V", help=text, **extra)

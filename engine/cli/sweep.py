@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--address", help="with --engine ray: the cluster (HOST:6379 or ray://HOST:10001); default: start Ray here")
     p.add_argument("--shards", type=int, metavar="N", help="with --engine ray: number of shards (default: an existing dataset's, else the cluster's CPUs / 2)")
     p.add_argument("--feasible-only", action="store_true", help="write only valid rows that fit")
-    p.add_argument("--valid-only", action="store_true", help="write only valid layouts")
+    p.add_argument("--valid-only", action="store_true", help="write only valid rows (configurations that can run)")
     p.add_argument("--force", action="store_true", help="write even if the disk looks too small, or replace another sweep in DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run)

@@ -28,7 +28,8 @@ class Output(NamedTuple):
 
 LEVELS = {
     "rank": "what one rank holds that the workload and the GPU do not change: the model states",
-    "step": "one training step's peak (NULL where the configuration cannot run)",
+    "step": "one training step's peak (NULL where its layout or sequence cannot run; what it holds where it runs on "
+            "a GPU that cannot run it)",
     "gpu": "what a GPU type offers a layout, and what lives on it beside the tensors",
     "device": "one configuration on one GPU: the step's peak beside that GPU's overheads, and whether it runs there",
     "time": "time and cost of one optimizer step (NaN where the configuration cannot run, or no price is known)",

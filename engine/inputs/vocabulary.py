@@ -106,7 +106,7 @@ GPU_FIELDS = [
     Field("host_ram_bytes", "int", 0, "host RAM per GPU of a full node, for offload (0 = the catalog node's share); a job on fewer GPUs than a node shares the node's RAM among them", low=0, high=2**56),
     # For time and cost (engine/model/time.py): 0 = the catalog's.
     Field("bf16_tflops", "float", 0.0, "dense bf16 tensor-core peak, TFLOP/s (fp16 where the GPU has no bf16)", low=0.0, high=1e6),
-    Field("fp8_tflops", "float", 0.0, "dense fp8 tensor-core peak, TFLOP/s (0: no fp8)", low=0.0, high=1e6),
+    Field("fp8_tflops", "float", 0.0, "dense fp8 tensor-core peak, TFLOP/s (0: none known; fp8 then runs at the 16-bit rate where fp8_tensor_cores says it runs at all)", low=0.0, high=1e6),
     Field("matmul_tflops_achievable", "float", 0.0, "measured achievable bf16 matmul TFLOP/s (0: 80% of the peak)", low=0.0, high=1e6),
     Field("intra_node_bytes_per_s", "float", 0.0, "per-GPU collective bandwidth within a node (NVLink, xGMI, PCIe)", low=0.0, high=1e15),
     Field("inter_node_bytes_per_s", "float", 0.0, "per-GPU network bandwidth between nodes", low=0.0, high=1e15),

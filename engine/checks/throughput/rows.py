@@ -9,7 +9,7 @@ from engine.errors import UserError
 from engine.inputs.codes import Invalid
 from engine.inputs.vocabulary import INPUTS
 from engine.model.flops import model_flops_per_token as flops_per_token
-from engine.model.levels import rank_terms, step_terms
+from engine.model.levels import device_terms, gpu_terms, rank_terms, step_terms
 
 THROUGHPUT = DATA_DIR / "golden" / "throughput.csv"
 # Sources, by the case_id prefix THROUGHPUT.md gives each (one paper or repository each).
@@ -115,9 +115,9 @@ def prepared(rows: list[dict]) -> list[dict]:
         s = step_terms(record, r)
         item |= {"record": record, "rank": r, "step": s,
                  "reference": published_tokens_per_gpu_s(row, float(flops_per_token(record)))}
-        if not s.runs:
-            reason = Invalid(s.reason).name.lower().replace("_", " ")
-            item["why_not"] = f"not yet comparable: an invalid layout in memsim today ({reason})"
+        reason = Invalid(device_terms(r, s, gpu_terms(record, r)).columns.invalid_reason)
+        if reason != Invalid.OK or not s.runs:
+            item["why_not"] = f"not yet comparable: cannot run in memsim today ({reason.name.lower().replace('_', ' ')})"
         elif row["confidence"] == "low":
             item["why_not"] = "low confidence: reported only"
         out.append(item)
