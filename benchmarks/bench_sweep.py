@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from engine.configure.grid import build_grid, decode  # noqa: E402
 from engine.configure.spec import parse_spec  # noqa: E402
 from engine.dataset.chunks import SweepKernel  # noqa: E402
+from engine.model.kernel import PlainRecord  # noqa: E402
 from engine.model.levels import evaluate_one  # noqa: E402
 
 MODELS = ["llama-3.2-1b", "llama-3.1-8b", "qwen2.5-14b", "qwen2.5-32b", "llama-3.1-70b", "mixtral-8x7b",
@@ -59,9 +60,11 @@ def kernel_rate(axes: dict, limit: int) -> tuple[int, float]:
 
 
 def python_rate(axes: dict, n: int = 2000) -> float:
-    """The scalar reference in a plain Python loop: records decoded first, then evaluate_one(c) per record."""
+    """The scalar reference in a plain Python loop, as explain and small sweeps run it: records decoded first, as
+    Python scalars (kernel.PlainRecord: on numpy scalars the same loop is ~50x slower), then evaluate_one(c) per
+    record."""
     grid = build_grid(parse_spec(axes))
-    records = [decode(grid, i) for i in range(n)]
+    records = [PlainRecord(decode(grid, i)) for i in range(n)]
     t0 = time.perf_counter()
     for rec in records:
         evaluate_one(rec)
