@@ -48,10 +48,7 @@ def test_a_sequence_past_the_learned_positions_is_an_invalid_row(memsim, tmp_pat
     code, _, err = memsim("explain", "--model", "gpt2", "--seq-len", "8192")
     assert one_line_error(code, err) and "learned positions" in err
     assert memsim("explain", "--model", "gpt2", "--seq-len", "1024")[0] == 0
-    cases = tmp_path / "cases.csv"
-    cases.write_text("model,seq_len\ngpt2,1024\ngpt2,1025\nllama-3.1-8b,131072\n")
-    assert memsim("estimate", cases, "-o", tmp_path / "e.parquet")[0] == 0
-    rows = pl.read_parquet(tmp_path / "e.parquet")
+    rows = estimate_rows(memsim, tmp_path, "model,seq_len\ngpt2,1024\ngpt2,1025\nllama-3.1-8b,131072\n")
     assert rows["valid"].to_list() == [True, False, True]
     assert rows["fits"][1] is False and "n_positions" in rows["invalid_reason"][1]
 
@@ -61,10 +58,8 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_an_invalid_row(memsim, tmp_pat
     code, _, err = memsim("explain", "--precision", "fp8", "--gpu", "a100-sxm-80gb")
     assert one_line_error(code, err) and "FP8 tensor cores" in err
     assert memsim("explain", "--precision", "fp8", "--gpu", "h100-sxm-80gb")[0] == 0
-    cases = tmp_path / "cases.csv"
-    cases.write_text("precision,gpu\nfp8,a100-sxm-80gb\nfp8,h100-sxm-80gb\nfp8,rtx-4090\namp_bf16,a100-sxm-80gb\n")
-    assert memsim("estimate", cases, "-o", tmp_path / "e.parquet")[0] == 0
-    rows = pl.read_parquet(tmp_path / "e.parquet").to_dicts()
+    rows = estimate_rows(memsim, tmp_path, "precision,gpu\nfp8,a100-sxm-80gb\nfp8,h100-sxm-80gb\nfp8,rtx-4090\n"
+                                           "amp_bf16,a100-sxm-80gb\n").to_dicts()
     assert [row["valid"] for row in rows] == [False, True, True, True]  # the RTX 4090 (Ada) has them
     refused, runs = rows[0], rows[1]
     assert "FP8 tensor cores" in refused["invalid_reason"] and refused["fits"] is False
