@@ -39,7 +39,7 @@ from engine.model.compiled import (
 )
 from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
-from engine.model.params import has_dims, n_moe_layers
+from engine.model.params import n_moe_layers
 from engine.model.loss import loss_block_bytes
 from engine.model.peak import pageable_bytes, peak_of_ranks, stage_share
 from engine.model.selective_op import (
@@ -186,8 +186,7 @@ def rank_terms(c):
 
 class Step(NamedTuple):
     columns: StepColumns
-    reason: int  # Invalid code of the layout and sequence rules (device_terms adds the GPU's)
-    runs: bool  # a runnable layout with model dims: the peak is defined
+    reason: int  # Invalid code of the layout and sequence rules; OK: the peak is defined (device_terms adds the GPU's)
     work: Work  # FLOPs and collective bytes of the step (step_work.py)
     largest: int  # the largest component of the tensors at the peak (a Component code) ...
     largest_bytes: int  # ... and its bytes (device_terms weighs it against the overhead)
@@ -241,11 +240,11 @@ def step_terms(c, r):
     optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
     where the loss-sized block makes the last one reserve more."""
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
-    if not has_dims(c) or reason != Invalid.OK:
+    if reason != Invalid.OK:  # a model without dims is one (validity.layout_reason: NO_DIMS)
         columns = StepColumns(activation_bytes=NULL, temp_bytes=NULL, allocated_peak_bytes=NULL,
                               reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL, peak_grad_bytes=NULL,
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
-        return Step(columns, reason, False, NO_WORK, NULL, NULL)
+        return Step(columns, reason, NO_WORK, NULL, NULL)
     p, holds_loss, last = peak_of_ranks(c, r, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
@@ -262,7 +261,7 @@ def step_terms(c, r):
                           reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
                           peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, reason, True, step_work(c, r), largest, largest_bytes)
+    return Step(columns, reason, step_work(c, r), largest, largest_bytes)
 
 
 class Gpu(NamedTuple):
@@ -317,9 +316,6 @@ def device_terms(r, s, g):
     reason = s.reason if s.reason != Invalid.OK else g.reason
     if reason != Invalid.OK:
         columns = DeviceColumns(device_peak_bytes=NULL, fits=0, bottleneck=NULL, valid=0, invalid_reason=reason)
-        return Device(columns, NO_TIMES)
-    if not s.runs:  # no dims: unknown
-        columns = DeviceColumns(device_peak_bytes=NULL, fits=NULL, bottleneck=NULL, valid=1, invalid_reason=reason)
         return Device(columns, NO_TIMES)
     overhead = g.columns.overhead_bytes
     device = s.columns.reserved_peak_bytes + overhead

@@ -116,8 +116,9 @@ def prepared(rows: list[dict]) -> list[dict]:
         item |= {"record": record, "rank": r, "step": s,
                  "reference": published_tokens_per_gpu_s(row, float(flops_per_token(record)))}
         reason = Invalid(device_terms(r, s, gpu_terms(record, r)).columns.invalid_reason)
-        if reason != Invalid.OK or not s.runs:
-            item["why_not"] = f"not yet comparable: cannot run in memsim today ({reason.name.lower().replace('_', ' ')})"
+        if reason != Invalid.OK:
+            why = reason.name.lower().replace("_", " ")
+            item["why_not"] = f"not yet comparable: cannot run in memsim today ({why})"
         elif row["confidence"] == "low":
             item["why_not"] = "low confidence: reported only"
         out.append(item)
