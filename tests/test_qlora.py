@@ -3,9 +3,11 @@ tensors each module saves; data/measured/QLORA.md), and the harness that measure
 
 import pytest
 
+from engine.inputs.codes import Phase
 from engine.model.levels import rank_terms
 from engine.model.peak import peak
-from tests.support import config
+from engine.model.states import device_weight_bytes, replicated_quant_state_bytes
+from tests.support import config, outputs
 
 # A Llama-style block: h = 64, 4 heads of 16, f = 176; bf16 weights and compute unless amp.
 LLAMA = {"n_layers": 4, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "d_ff": 176, "vocab": 256, "ffn_type": "swiglu",
@@ -119,3 +121,44 @@ def test_harness_weights_follow_the_quantization(measured):
         blocks = -(-n // BLOCKSIZE)
         diff += 4 * blocks - (blocks + 4 * -(-blocks // 256) + 4 * 256 + 4)
     assert measured["nodq"]["measured_weight_bytes"] - measured["new"]["measured_weight_bytes"] == 3 * diff
+
+
+# PEFT's published 70B QLoRA run under DeepSpeed ZeRO-3 on two GPUs (data/golden/hardware.csv, peft-70b-qlora-dsz3-2gpu)
+DS_QLORA_70B = dict(model="llama-2-70b", seq_len=2048, micro_batch=2, grad_accum=2, n_gpus=2, zero_stage=3,
+                    precision="amp_bf16", framework="deepspeed", checkpointing="full", attention="flash", lora_rank=8,
+                    lora_targets="all_linear", base_quant="nf4")
+
+
+def test_a_quantized_base_under_deepspeed_zero3_loads_whole_on_every_gpu():
+    # transformers builds a quantized model without zero.Init, so each GPU holds the whole NF4 base (and the
+    # adapters) until deepspeed.initialize partitions it over the two ranks: twice the weights each keeps, but for
+    # the quantization constants, which every rank keeps whole (1/64 byte a weight)
+    c = config(**DS_QLORA_70B)
+    out, constants = outputs(c), replicated_quant_state_bytes(c)
+    assert out["peak_phase"] == Phase.LOAD and 0.98e9 < constants < 1.1e9
+    assert abs(out["allocated_peak_bytes"] - (2 * out["weight_bytes"] - constants)) <= 2
+    assert out["temp_bytes"] == out["allocated_peak_bytes"] - out["weight_bytes"]
+    assert out["activation_bytes"] == out["peak_grad_bytes"] == out["peak_optimizer_bytes"] == 0
+    # the step reuses the freed blocks: the reserve is the larger of the two, the step's no more than before
+    step = peak(config(**DS_QLORA_70B), rank_terms(config(**DS_QLORA_70B)))
+    assert out["reserved_peak_bytes"] >= out["allocated_peak_bytes"] > step.allocated_bytes
+
+
+@pytest.mark.parametrize("change", [{"base_quant": "none"}, {"framework": "fsdp"}, {"zero_stage": 2}])
+def test_no_load_peak_where_the_base_is_sharded_as_it_loads_or_never_sharded(change):
+    # unquantized: transformers' zero.Init shards at construction; FSDP (accelerate) loads it unsharded on the CPU;
+    # ZeRO-2 keeps the whole weights anyway
+    out = outputs(config(**{**DS_QLORA_70B, **change}))
+    assert out["peak_phase"] != Phase.LOAD
+
+
+def test_sharded_weights_leave_bitsandbytes_quant_states_whole_on_every_rank():
+    # FSDP (accelerate) over bitsandbytes: the packed weights halve over two ranks, the QuantStates do not, even
+    # offloaded; torchtune's torchao NF4Tensor (framework pytorch) shards its scalers with the data
+    fsdp = config(**{**DS_QLORA_70B, "framework": "fsdp"})
+    torchao = config(**{**DS_QLORA_70B, "framework": "pytorch"})
+    constants = replicated_quant_state_bytes(fsdp)
+    assert constants > 0 and replicated_quant_state_bytes(torchao) == 0
+    assert abs(device_weight_bytes(fsdp) - device_weight_bytes(torchao) - constants / 2) <= 1
+    offloaded = config(**{**DS_QLORA_70B, "framework": "fsdp", "offload": "optimizer_params"})
+    assert device_weight_bytes(offloaded) == constants

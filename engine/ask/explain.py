@@ -78,6 +78,8 @@ SLACK_SOURCES = {
     "recompute's pinned segments": "under full recomputation, the FFN intermediates' segments each layer's kept "
                                      "input settles in, beyond the inputs (stage.py pinned_segment_bytes; the "
                                      "replayed traces, PARALLEL.md)",
+    "step's reserve above the load's": "the step's own reserve where it exceeds the load's, the load's peak being "
+                                       "the larger allocation (levels.step_terms, load.py)",
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
@@ -89,6 +91,8 @@ SLACK_SOURCES = {
 def slack_parts(result: dict) -> list[tuple[str, int]]:
     """The allocator slack at the peak split by cause (the parts add up to reserved - allocated)."""
     slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
+    if result["peak_phase"] == Phase.LOAD:
+        return [("step's reserve above the load's", slack)] if slack > 0 else []
     rec = result["record"]
     r = rank_terms(rec)
     streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
@@ -199,7 +203,8 @@ def render(result: dict) -> str:
     lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")
     for label, size in result["breakdown_bytes"].items():
         lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
-        if label == "temporaries" and len(result["temporaries"]) > 1:  # what they are (temporaries.py)
+        named = len(result["temporaries"]) > 1 or result["peak_phase"] == "load"  # what they are (temporaries.py)
+        if label == "temporaries" and named:
             lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["temporaries"]]
         causes = [t["part"] for t in result["allocator_slack"]]
         if label == "allocator slack" and causes not in ([], ["rounding and fragmentation"]):  # why (overhead.py)

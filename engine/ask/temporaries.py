@@ -52,6 +52,8 @@ SOURCES = {
                        "for eval_micro_batch samples (evaluation.py eval_loss_bytes)",
     "evaluation layer": "one layer's forward during evaluation, bounded by what it keeps for backward in training "
                         "(evaluation.py eval_layer_bytes)",
+    "unpartitioned weights at load": "the rest of the whole quantized base each GPU holds as the checkpoint loads, "
+                                     "until ZeRO-3 partitions it (load.py)",
     "temporaries": "peak.py stage_peak (not itemized: tests/test_temporaries.py says where this happens)",
 }
 
@@ -147,6 +149,8 @@ def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     for p, k in peaks[1:]:
         if p.allocated_bytes > best.allocated_bytes:
             best, rank = p, k
+    if r.load_bytes > best.allocated_bytes:  # levels.step_terms: the load's peak is the run's
+        return [("unpartitioned weights at load", int(r.load_bytes - r.columns.weight_bytes))]
     for phase, parts in candidates(c, r, rank):
         merged = {}
         for name, size in parts:

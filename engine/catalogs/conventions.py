@@ -19,7 +19,8 @@ STEP_KEYS = {"state_sized", "largest", "largest_fp32"}
 FRAMEWORK_KEYS = {"source", "amp_weight_bytes", "amp_grad_bytes", "amp_master_bytes", "fused_kernels",
                   "grads_kept_from_stage", "autocast_cache", "ddp_bucket_copy", "reduce_bucket", "torch_optimizer", "step_grad_fp32",
                   "tied_grad_copies", "fp8_torchao", "fsdp_gathers",
-                  "dtensor_tp", "torch_pipelining"}
+                  "dtensor_tp", "torch_pipelining", "quantized_load_whole",
+                  "quant_state_sharded"}
 
 
 def load(file: str, known: set[str]) -> dict[str, dict]:
@@ -74,5 +75,7 @@ FRAMEWORK_FP8_TORCHAO = column(FRAMEWORKS, "fp8_torchao", False, np.bool_)
 FRAMEWORK_FSDP_GATHERS = column(FRAMEWORKS, "fsdp_gathers", False, np.bool_)
 FRAMEWORK_DTENSOR_TP = column(FRAMEWORKS, "dtensor_tp", False, np.bool_)
 FRAMEWORK_TORCH_PIPELINING = column(FRAMEWORKS, "torch_pipelining", False, np.bool_)
+FRAMEWORK_QUANTIZED_LOAD_WHOLE = column(FRAMEWORKS, "quantized_load_whole", False, np.bool_)
+FRAMEWORK_QUANT_STATE_SHARDED = column(FRAMEWORKS, "quant_state_sharded", False, np.bool_)
 
 assert [name_of(m) for m in Optimizer] == list(OPTIMIZERS) and [name_of(m) for m in Framework] == list(FRAMEWORKS)

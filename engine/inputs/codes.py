@@ -131,6 +131,7 @@ class Phase(IntEnum):
     BACKWARD = 1
     OPTIMIZER = 2
     EVAL = 3  # an evaluation forward between optimizer steps (eval_micro_batch)
+    LOAD = 4  # the checkpoint loaded, before the first step (engine/model/load.py)
 
 
 class Component(IntEnum):

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.inputs.codes import Allocator, Component, Invalid
+from engine.inputs.codes import Allocator, Component, Invalid, Phase
 from engine.inputs.outputs import level_fields
 from engine.model.activations import (
     has_dropout,
@@ -31,24 +31,24 @@ from engine.model.activations import (
     stream_bytes,
 )
 from engine.model.common import formula
-from engine.model.evaluation import eval_segment_bytes, evaluates
 from engine.model.compiled import (
     compiled_replicated_bytes_per_token,
     compiled_scores_bytes_per_key,
     compiled_split_bytes_per_token,
 )
+from engine.model.evaluation import eval_segment_bytes, evaluates
 from engine.model.gpu_rates import Rates, gpu_rates
+from engine.model.load import load_bytes
+from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import n_moe_layers
-from engine.model.loss import loss_block_bytes
-from engine.model.peak import pageable_bytes, peak_of_ranks, stage_share
+from engine.model.peak import Peak, pageable_bytes, peak_of_ranks, stage_share
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
     selective_op_split_bytes_per_token,
 )
 from engine.model.sharding import end_of_backward_bytes, gathered_bytes, prefetch_bytes, reduce_scatter_bytes
-from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
 from engine.model.split import (
     block_params_per_gpu,
     evaluated_rank_layers,
@@ -59,6 +59,7 @@ from engine.model.split import (
 from engine.model.stage import offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
 from engine.model.step_work import Work, step_work
+from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
 from engine.model.temporaries import (
     autocast_cache_bytes,
     ddp_bucket_bytes,
@@ -116,6 +117,7 @@ class Rank(NamedTuple):
     first_layers: int  # transformer layers on the first, middle and last ranks evaluated (split.rank_layers)
     middle_layers: int
     last_layers: int
+    load_bytes: int  # what the GPU holds when the checkpoint's load peaks, where more than the step's weights (load.py)
 
 
 NO_RANK_TERMS = (0,) * (len(Rank._fields) - 2)  # a layout too large to count: every term after columns and reason
@@ -181,6 +183,7 @@ def rank_terms(c):
         first_layers=first_layers,
         middle_layers=middle_layers,
         last_layers=last_layers,
+        load_bytes=load_bytes(c),
     )
 
 
@@ -235,6 +238,13 @@ def reserve_slack_bytes(c, r, p, holds_loss, last, block):
 
 
 @formula
+def load_peak(r):
+    """The checkpoint's load at its peak (load.py): the weights this rank keeps, and as temporaries the rest of the
+    whole model it holds until ZeRO-3 partitions it; no gradient, optimizer state or activation yet."""
+    return Peak(r.load_bytes, Phase.LOAD.value, 0, r.load_bytes - r.columns.weight_bytes, False, 0, 0)
+
+
+@formula
 def step_terms(c, r):
     """The peak of one training step: what is live at the high-water mark of forward, backward or the
     optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
@@ -254,6 +264,10 @@ def step_terms(c, r):
         step_last = peak_of_ranks(c, r, False)[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
+    if r.load_bytes > p.allocated_bytes:  # the load holds more than any step, and the step reuses its blocks
+        reserved = p.allocated_bytes + slack
+        p, grads = load_peak(r), 0
+        slack = max(0, reserved - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
     host = r.host_states_bytes + offloaded_activation_bytes(c, r)
     columns = StepColumns(activation_bytes=p.activation_bytes,

@@ -30,8 +30,10 @@ from engine.model.states import (
     compute_bytes,
     grad_bytes_per_param,
     is_amp,
+    packed_linear_bytes,
     quantized_base,
     quantized_linear_bytes,
+    replicated_quant_state_bytes,
     trains,
     weight_bytes_per_param,
 )
@@ -59,9 +61,12 @@ def gathered_param_bytes(c):
 
 @formula
 def gathered_block_bytes(c, n):
-    """n parameters of decoder blocks, gathered: a quantized LoRA base in its packed storage, else each in the
-    gathered dtype (gathered_param_bytes)."""
-    return quantized_linear_bytes(c, n) if quantized_base(c) else gathered_param_bytes(c) * n
+    """n parameters of decoder blocks, gathered: a quantized LoRA base as stored, less the quantization constants
+    every rank keeps whole (states.replicated_quant_state_bytes), else each in the gathered dtype
+    (gathered_param_bytes)."""
+    if not quantized_base(c):
+        return gathered_param_bytes(c) * n
+    return packed_linear_bytes(c, n) if replicated_quant_state_bytes(c) > 0 else quantized_linear_bytes(c, n)
 
 
 @formula

@@ -24,6 +24,7 @@ from engine.catalogs.conventions import (
     FRAMEWORK_DTENSOR_TP,
     FRAMEWORK_FP8_TORCHAO,
     FRAMEWORK_FSDP_GATHERS,
+    FRAMEWORK_QUANT_STATE_SHARDED,
     OPTIMIZER_BLOCK,
     OPTIMIZER_FACTORED,
     OPTIMIZER_STATE_BITS,
@@ -190,43 +191,80 @@ def trainable_weight_bytes(c):
 
 
 @formula
-def quantized_bytes(n):
-    """NF4 with double quantization: n/2 + one 8-bit absmax per 64 + one fp32 per 256 absmaxes.
+def quantized_params(c):
+    """The frozen base's weights base_quant quantizes: every linear weight (and the head with quant_lm_head); the
+    embedding, an unquantized head and the norms stay in 16 bits."""
+    if c.base_quant == Quant.NONE:
+        return 0
+    return max(0, params_per_gpu(c) - unquantized_params(c))
 
-    QLoRA arXiv:2305.14314 sec. 3: 4 + 8/64 + 32/(64*256) = 4.127 bits per parameter.
+
+@formula
+def unquantized_params(c):
+    """The embedding and the head, unless quantized with the linears or tied to the embedding (the norms' few
+    weights are counted with the quantized ones)."""
+    return ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2), c.tp * c.pp)
+
+
+@formula
+def whole_frozen_base_bytes(c):
+    """LoRA's frozen base before ZeRO shards it: linear weights as base_quant says, embedding/head/norms in 16 bits
+    (the head as the linears with quant_lm_head, unless tied to the embedding).
+
+    int8 (LLM.int8, arXiv:2208.07339): 1 byte per weight + an fp32 scale per output row (~0.1%, left out).
     """
-    return ceil_div(n, 2) + ceil_div(n, 64) + 4 * ceil_div(n, 64 * 256)
+    if c.base_quant == Quant.NONE:
+        return weight_bytes_per_param(c) * params_per_gpu(c)
+    return quantized_linear_bytes(c, quantized_params(c)) + 2 * unquantized_params(c)
 
 
 @formula
 def frozen_base_bytes(c):
-    """LoRA's frozen base: linear weights as base_quant says, embedding/head/norms in 16 bits (the head as the
-    linears with quant_lm_head, unless tied to the embedding).
-
-    int8 (LLM.int8, arXiv:2208.07339): 1 byte per weight + an fp32 scale per output row (~0.1%, left out).
-    """
-    n = params_per_gpu(c)
-    if c.base_quant == Quant.NONE:
-        return sharded(c, weight_bytes_per_param(c) * n, weight_shard_stage(c), False)
-    unquantized = ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2), c.tp * c.pp)
-    return sharded(c, quantized_linear_bytes(c, max(0, n - unquantized)) + 2 * unquantized, weight_shard_stage(c), False)
+    """LoRA's frozen base as ZeRO / FSDP shards it: the parameters, and the quantization constants every rank
+    keeps whole (replicated_quant_state_bytes)."""
+    states = replicated_quant_state_bytes(c)
+    return sharded(c, whole_frozen_base_bytes(c) - states, weight_shard_stage(c), False) + states
 
 
 @formula
-def nf4_nodq_bytes(n):
-    """NF4 without double quantization: n/2 + one fp32 absmax per 64 weights, 4.5 bits per parameter
-    (bitsandbytes quantize_4bit with compress_statistics=False: transformers' BitsAndBytesConfig default,
-    LitGPT's --quantize bnb.nf4; measured: data/measured/qlora.csv, the nf4_nodq rows)."""
-    return ceil_div(n, 2) + 4 * ceil_div(n, 64)
+def replicated_quant_state_bytes(c):
+    """The quantization constants of the whole base, on every rank whatever shards or offloads the weights, where
+    they are not parameters (frameworks.toml quant_state_sharded = false). bitsandbytes' QuantState is an attribute
+    of the weight and of its module (nn/modules.py Params4bit._quantize: `self.module.quant_state = quant_state`),
+    neither a parameter nor a buffer: FSDP flattens, shards and offloads the packed weights only
+    (torch/distributed/fsdp/_init_utils.py moves parameters and buffers; Linear4bit.forward's
+    fix_4bit_weight_quant_state_from_module restores the state from the module, "for example for fsdp"), and
+    ZeRO-3 partitions parameters only. torchao's NF4Tensor (torchtune) carries its scalers inside the tensor,
+    sharded and gathered with it."""
+    if FRAMEWORK_QUANT_STATE_SHARDED[c.framework]:
+        return 0
+    return quant_state_bytes(c, quantized_params(c))
 
 
 @formula
 def quantized_linear_bytes(c, n):
-    """n linear weights of a quantized frozen base as stored: NF4 with double quantization (quantized_bytes),
-    NF4 without (nf4_nodq_bytes), or one byte each (int8)."""
+    """n linear weights of a quantized frozen base as stored, the packed weights and their quantization constants:
+    NF4 with double quantization 4 + 8/64 + 32/(64*256) = 4.127 bits a weight (QLoRA, arXiv:2305.14314 sec. 3), NF4
+    without 4.5 bits (bitsandbytes quantize_4bit with compress_statistics=False: transformers' BitsAndBytesConfig
+    default, LitGPT's --quantize bnb.nf4; measured: data/measured/qlora.csv, the nf4_nodq rows), int8 a byte."""
+    return packed_linear_bytes(c, n) + quant_state_bytes(c, n)
+
+
+@formula
+def packed_linear_bytes(c, n):
+    """n quantized linear weights' packed storage, what ZeRO-3 and FSDP shard and gather: half a byte each in
+    NF4, one in int8."""
+    return n if c.base_quant == Quant.INT8 else ceil_div(n, 2)
+
+
+@formula
+def quant_state_bytes(c, n):
+    """The quantization constants of n NF4 weights (bitsandbytes QuantState): with double quantization an 8-bit
+    absmax per 64 weights and an fp32 absmax per 256 of those, without an fp32 absmax per 64; int8's per-row scales
+    are left out (whole_frozen_base_bytes)."""
     if c.base_quant == Quant.NF4:
-        return quantized_bytes(n)
-    return nf4_nodq_bytes(n) if c.base_quant == Quant.NF4_NODQ else n
+        return ceil_div(n, 64) + 4 * ceil_div(n, 64 * 256)
+    return 4 * ceil_div(n, 64) if c.base_quant == Quant.NF4_NODQ else 0
 
 
 @formula
@@ -261,7 +299,9 @@ def device_weight_bytes(c):
     total = trainable_weight_bytes(c) + fp8_weight_copy_bytes(c)
     if frozen(c):
         total += frozen_base_bytes(c)
-    return 0 if offloads_weights(c) else total
+    if offloads_weights(c):  # to the host, but for the quantization constants that are not parameters
+        return replicated_quant_state_bytes(c) if frozen(c) else 0
+    return total
 
 
 @formula
@@ -324,5 +364,7 @@ def host_states_bytes(c):
     if offloads_optimizer(c):
         total += optimizer_bytes_unplaced(c) + sharded(c, 4 * trainable_params_per_gpu(c), 1, False)
     if offloads_weights(c):
-        total += trainable_weight_bytes(c) + (frozen_base_bytes(c) if frozen(c) else 0)
+        total += trainable_weight_bytes(c)
+        if frozen(c):  # the quantization constants stay on the GPU (device_weight_bytes)
+            total += frozen_base_bytes(c) - replicated_quant_state_bytes(c)
     return total
