@@ -79,7 +79,8 @@ SLACK_SOURCES = {
                                      "input settles in, beyond the inputs (stage.py pinned_segment_bytes; the "
                                      "replayed traces, PARALLEL.md)",
     "step's reserve above the load's": "the step's own reserve where it exceeds the load's, the load's peak being "
-                                       "the larger allocation (levels.step_terms, load.py)",
+                                       "the larger allocation: the run's reserve is the larger of the two "
+                                       "(levels.step_terms, load.py)",
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",

@@ -12,6 +12,7 @@ from pathlib import Path
 from engine import DATA_DIR
 from engine.ask.evaluate import evaluate_case, evaluate_cases
 from engine.checks.peers import deepspeed_zero_estimate
+from engine.inputs.codes import Phase
 from engine.inputs.vocabulary import INPUTS
 from engine.model.levels import rank_terms
 from engine.model.peak import stage_peaks
@@ -40,7 +41,8 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
     if compare == "model_states":
         return result["weight_bytes"] + result["grad_bytes"] + result["optimizer_bytes"]
     if compare == "activations":
-        return result["activation_bytes"] if result["peak_phase"] != 2 else activation_at_forward(record)
+        at_forward = result["peak_phase"] in (Phase.OPTIMIZER, Phase.LOAD)  # peaks that hold no activation
+        return activation_at_forward(record) if at_forward else result["activation_bytes"]
     if compare == "transformer_activations":  # Korthikanti's Table 2 x layers x schedule, no embedding terms
         return int(stage_layer_activation_bytes(record, rank_terms(record)))
     if compare == "weights":
@@ -55,7 +57,7 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
 
 
 def activation_at_forward(record) -> int:
-    """Activations alive at the end of forward (when the reported peak is the optimizer step's)."""
+    """Activations alive at the end of forward (when the reported peak is the optimizer step's or the load's)."""
     return int(activation_bytes(record, rank_terms(record)))
 
 

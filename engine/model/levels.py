@@ -264,7 +264,7 @@ def step_terms(c, r):
         step_last = peak_of_ranks(c, r, False)[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
-    if r.load_bytes > p.allocated_bytes:  # the load holds more than any step, and the step reuses its blocks
+    if r.load_bytes > p.allocated_bytes:  # the load holds more than any step; the reserve is the larger (load.py)
         reserved = p.allocated_bytes + slack
         p, grads = load_peak(r), 0
         slack = max(0, reserved - p.allocated_bytes)

@@ -192,8 +192,7 @@ def trainable_weight_bytes(c):
 
 @formula
 def quantized_params(c):
-    """The frozen base's weights base_quant quantizes: every linear weight (and the head with quant_lm_head); the
-    embedding, an unquantized head and the norms stay in 16 bits."""
+    """The frozen base's weights on this rank that base_quant quantizes (base_bytes)."""
     if c.base_quant == Quant.NONE:
         return 0
     return max(0, params_per_gpu(c) - unquantized_params(c))
@@ -201,21 +200,28 @@ def quantized_params(c):
 
 @formula
 def unquantized_params(c):
-    """The embedding and the head, unless quantized with the linears or tied to the embedding (the norms' few
-    weights are counted with the quantized ones)."""
+    """The embedding and the head on this rank, unless quantized with the linears or tied to the embedding (the
+    norms' few weights are counted with the quantized ones)."""
     return ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2), c.tp * c.pp)
 
 
 @formula
-def whole_frozen_base_bytes(c):
-    """LoRA's frozen base before ZeRO shards it: linear weights as base_quant says, embedding/head/norms in 16 bits
-    (the head as the linears with quant_lm_head, unless tied to the embedding).
+def base_bytes(c, n, unquantized):
+    """n parameters of LoRA's frozen base, `unquantized` of them the embedding and head: linear weights as
+    base_quant says, embedding/head/norms in 16 bits (the head as the linears with quant_lm_head, unless tied to the
+    embedding).
 
     int8 (LLM.int8, arXiv:2208.07339): 1 byte per weight + an fp32 scale per output row (~0.1%, left out).
     """
     if c.base_quant == Quant.NONE:
-        return weight_bytes_per_param(c) * params_per_gpu(c)
-    return quantized_linear_bytes(c, quantized_params(c)) + 2 * unquantized_params(c)
+        return weight_bytes_per_param(c) * n
+    return quantized_linear_bytes(c, max(0, n - unquantized)) + 2 * unquantized
+
+
+@formula
+def whole_frozen_base_bytes(c):
+    """This rank's share of LoRA's frozen base by TP and PP, before ZeRO shards it."""
+    return base_bytes(c, params_per_gpu(c), unquantized_params(c))
 
 
 @formula
@@ -231,11 +237,12 @@ def replicated_quant_state_bytes(c):
     """The quantization constants of the whole base, on every rank whatever shards or offloads the weights, where
     they are not parameters (frameworks.toml quant_state_sharded = false). bitsandbytes' QuantState is an attribute
     of the weight and of its module (nn/modules.py Params4bit._quantize: `self.module.quant_state = quant_state`),
-    neither a parameter nor a buffer: FSDP flattens, shards and offloads the packed weights only
-    (torch/distributed/fsdp/_init_utils.py moves parameters and buffers; Linear4bit.forward's
-    fix_4bit_weight_quant_state_from_module restores the state from the module, "for example for fsdp"), and
-    ZeRO-3 partitions parameters only. torchao's NF4Tensor (torchtune) carries its scalers inside the tensor,
-    sharded and gathered with it."""
+    neither a parameter nor a buffer: FSDP shards and offloads the packed weights only (FSDP1
+    torch/distributed/fsdp/_init_utils.py flattens and moves parameters and buffers; FSDP2's fully_shard shards the
+    module's parameters; Linear4bit.forward's fix_4bit_weight_quant_state_from_module restores the state from the
+    module, "for example for fsdp"), and ZeRO-3 partitions parameters only. Traced: the qlora_fsdp family of
+    data/measured/qlora.csv (FSDP2 over bitsandbytes' statistics), weights within 0.2%. torchao's NF4Tensor
+    (torchtune) carries its scalers inside the tensor, sharded and gathered with it."""
     if FRAMEWORK_QUANT_STATE_SHARDED[c.framework]:
         return 0
     return quant_state_bytes(c, quantized_params(c))
