@@ -28,7 +28,7 @@ whole 2 MiB multiples (round_size), each in its own segment.
 from engine.catalogs.conventions import FRAMEWORK_QUANTIZED_LOAD_WHOLE
 from engine.model.common import formula
 from engine.model.params import lora_params_per_layer, param_count
-from engine.model.states import base_bytes, quantized_base
+from engine.model.states import base_bytes, quantized_base, unquantized_model_params
 
 # peft creates the LoRA adapters in fp32 (nn.Linear's default dtype); DeepSpeed casts them to 16 bits only in
 # deepspeed.initialize (runtime/engine.py _cast_module_mixed_precision), after the load.
@@ -48,7 +48,6 @@ def load_bytes(c):
     adapters."""
     if not loads_whole(c):
         return 0
-    unquantized = c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2)
     quantizing = 2 * c.d_model * max(c.d_ff, c.moe_d_ff)  # the last large weight on its way to 4 bits
     adapters = ADAPTER_LOAD_BYTES * c.n_layers * lora_params_per_layer(c)
-    return base_bytes(c, param_count(c), unquantized) + quantizing + adapters
+    return base_bytes(c, param_count(c), unquantized_model_params(c)) + quantizing + adapters

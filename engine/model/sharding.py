@@ -21,7 +21,12 @@ gathered block is its nf4 or int8 bytes, not a 16-bit copy; the embedding, norms
 d = dp * cp, the ranks that share one copy of the states; P_blk one block's parameters, P_root the rest.
 """
 
-from engine.catalogs.conventions import FRAMEWORK_AUTOCAST_CACHE, FRAMEWORK_DTENSOR_TP, FRAMEWORK_FSDP_GATHERS
+from engine.catalogs.conventions import (
+    FRAMEWORK_AUTOCAST_CACHE,
+    FRAMEWORK_DTENSOR_TP,
+    FRAMEWORK_FSDP_GATHERS,
+    FRAMEWORK_QUANT_STATE_SHARDED,
+)
 from engine.inputs.codes import FsdpGroups
 from engine.model.common import ceil_div, formula
 from engine.model.params import ffn_params, lora_params_per_layer, n_moe_layers
@@ -33,7 +38,6 @@ from engine.model.states import (
     packed_linear_bytes,
     quantized_base,
     quantized_linear_bytes,
-    replicated_quant_state_bytes,
     trains,
     weight_bytes_per_param,
 )
@@ -61,12 +65,12 @@ def gathered_param_bytes(c):
 
 @formula
 def gathered_block_bytes(c, n):
-    """n parameters of decoder blocks, gathered: a quantized LoRA base as stored, less the quantization constants
-    every rank keeps whole (states.replicated_quant_state_bytes), else each in the gathered dtype
-    (gathered_param_bytes)."""
+    """n parameters of decoder blocks, gathered: a quantized LoRA base as stored, its quantization constants only
+    where they shard with it (else every rank keeps them whole: states.replicated_quant_state_bytes), else each in
+    the gathered dtype (gathered_param_bytes)."""
     if not quantized_base(c):
         return gathered_param_bytes(c) * n
-    return packed_linear_bytes(c, n) if replicated_quant_state_bytes(c) > 0 else quantized_linear_bytes(c, n)
+    return quantized_linear_bytes(c, n) if FRAMEWORK_QUANT_STATE_SHARDED[c.framework] else packed_linear_bytes(c, n)
 
 
 @formula

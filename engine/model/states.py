@@ -200,9 +200,15 @@ def quantized_params(c):
 
 @formula
 def unquantized_params(c):
-    """The embedding and the head on this rank, unless quantized with the linears or tied to the embedding (the
-    norms' few weights are counted with the quantized ones)."""
-    return ceil_div(c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2), c.tp * c.pp)
+    """The embedding and the head on this rank (unquantized_model_params split by TP and PP)."""
+    return ceil_div(unquantized_model_params(c), c.tp * c.pp)
+
+
+@formula
+def unquantized_model_params(c):
+    """The model's embedding and head, unless quantized with the linears or tied to the embedding (the norms' few
+    weights are counted with the quantized ones)."""
+    return c.vocab * c.d_model * (1 if c.tied_embeddings or c.quant_lm_head else 2)
 
 
 @formula
