@@ -224,11 +224,13 @@ def adapter_shares_input(c, targets):
 def quant_kept_replicated_bytes_per_token(c):
     """The kept inputs of the q/k/v and FFN-input projections (quant_kept), per token: the norm's output in the
     compute dtype, once for the group, or under autocast each Linear4bit's own cast of the fp32 stream
-    (x.to(compute_dtype) in Linear4bit.forward). Measured: data/measured/qlora.csv, family qlora_old_bnb."""
+    (x.to(compute_dtype) in Linear4bit.forward); without autocast the one norm output, which an adapter taking it
+    uncast saves itself (fp32, or 16-bit adapters over a 16-bit base: lora_dtype = compute). Measured:
+    data/measured/qlora.csv, families qlora_old_bnb and outputs_fp32."""
     if not quant_kept(c):
         return 0
     e = compute_bytes(c)
-    if c.precision == Precision.FP32:
+    if not autocast(c):
         return sum_unshared(c, e * c.d_model, LoraTargets.QV) + sum_unshared(c, e * c.d_model, LoraTargets.ALL_LINEAR)
     n_qkv = 3 if autocast(c) and not c.fused_projections else 1
     n_up = (2 if c.ffn_type == FFN.SWIGLU else 1) if autocast(c) and not c.fused_projections else 1

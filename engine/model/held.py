@@ -10,17 +10,18 @@ data/measured/qlora.csv, family outputs_held; LitGPT's own model code traced the
 
 from engine.inputs.codes import LossImpl
 from engine.model.common import formula
-from engine.model.loss import fp32_logits_bytes, logits_bytes, shifted_loss
+from engine.model.loss import fp32_logits_bytes, returned_logits_bytes, shifted_loss
 from engine.model.stage import quant_kept_layer_bytes
 
 
 @formula
 def held_logits_bytes(c, last):
     """The last stage's logits as the model returned them (none for a loss fused with the head; fp32 from a
-    transformers before 4.46, shifted_logits), held through the step when outputs_held."""
+    transformers before 4.46, shifted_logits; fp32 as Lightning Fabric returns them, outputs_fp32), held through
+    the step when outputs_held."""
     if not c.outputs_held or not last or c.loss_impl == LossImpl.FUSED_LINEAR:
         return 0
-    return fp32_logits_bytes(c) if shifted_loss(c) else logits_bytes(c)
+    return fp32_logits_bytes(c) if shifted_loss(c) else returned_logits_bytes(c)
 
 
 @formula

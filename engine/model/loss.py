@@ -43,6 +43,19 @@ def logits_bytes(c):
 
 
 @formula
+def returned_logits_bytes(c):
+    """The logits as the loss and the training loop see them: the compute dtype's, or fp32 under outputs_fp32,
+    where the loop's wrapper casts the model's floating outputs to fp32 as it returns them (Lightning Fabric,
+    fabric/wrappers.py _FabricModule.forward: `output = precision.convert_output(output)`; the true-half and
+    bitsandbytes precision plugins convert to torch.get_default_dtype(), fp32: plugins/precision/half.py and
+    bitsandbytes.py `convert_output`). The 16-bit logits die when the cast list replaces them. Not for a loss
+    fused with the head or compiled with it (no logits are returned)."""
+    if c.outputs_fp32 and not fused_kernels(c) and not loss_compiled(c) and c.loss_impl != LossImpl.FUSED_LINEAR:
+        return fp32_logits_bytes(c)
+    return logits_bytes(c)
+
+
+@formula
 def fp32_logits_bytes(c):
     if not c.lm_head:
         return 0
@@ -68,6 +81,7 @@ def loss_forward_bytes(c):
     then log_softmax's fp32 output, which it saves: 10 bytes per token and vocabulary entry in bf16 (measured).
     Megatron: 16-bit logits and one fp32 copy, exponentiated in place and saved.
     chunked: every chunk's logits (the list lives until `del logits`) and log-probs, one chunk's fp32 copy.
+    outputs_fp32: the logits are fp32 already (returned_logits_bytes): no upcast copy.
     fused_linear: see fused_linear_forward_bytes.
     """
     if not has_dims(c) or not c.lm_head:
@@ -80,10 +94,10 @@ def loss_forward_bytes(c):
         return logits_bytes(c) + 8 * local_tokens(c)
     if shifted_loss(c):  # the model's fp32 logits, their shifted copy and the log-probs
         return 3 * fp32_logits_bytes(c)
-    upcast = 0 if compute_bytes(c) == 4 else fp32_logits_bytes(c)
+    upcast = 0 if compute_bytes(c) == 4 or c.outputs_fp32 else fp32_logits_bytes(c)
     if c.loss_impl == LossImpl.CHUNKED:
         upcast = ceil_div(upcast, c.loss_chunks)
-    return logits_bytes(c) + upcast + fp32_logits_bytes(c)
+    return returned_logits_bytes(c) + upcast + fp32_logits_bytes(c)
 
 
 @formula
@@ -117,7 +131,7 @@ def loss_backward_bytes(c):
         if loss_compiled(c):  # compiled: every chunk's 16-bit logits and the first chunk's 16-bit gradient
             first_chunk = logits_bytes(c) + ceil_div(logits_bytes(c), n)
         weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
-        all_dlogits = ceil_div(logits_bytes(c) * max(n - 2, 0), n) + weight_grads
+        all_dlogits = ceil_div(returned_logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
     return 3 * fp32_logits_bytes(c)
 

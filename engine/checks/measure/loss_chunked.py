@@ -46,9 +46,11 @@ def chunked_ce(logits: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor
     return total_loss / total_elements
 
 
-def loss(h: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor, n: int) -> torch.Tensor:
-    """The recipe's loss step after the decoder: chunked head, chunked CE, then ``del`` of the logits."""
-    logits = chunked_output(h, head, n)
+def loss(h: torch.Tensor, head: torch.nn.Module, labels: torch.Tensor, n: int, returned=lambda x: x) -> torch.Tensor:
+    """The recipe's loss step after the decoder: chunked head, chunked CE, then ``del`` of the logits.
+    ``returned``: what the training loop's wrapper does to the chunks the model returns (train.returned: Lightning
+    Fabric's cast to fp32, as LitGPT runs its chunked head and loss)."""
+    logits = returned(chunked_output(h, head, n))
     value = chunked_ce(logits, labels)
     del logits
     return value

@@ -14,6 +14,7 @@ implementation, zero_grad, optimizer implementation, optimizer in backward) is `
     optimizer_in_backward    train (grad hooks)            torchtune OptimizerInBackward (recipe_optim)
     zero_grad                train.train_step              set_to_none=True / False
     outputs_held             train._held_forward_loss      the last micro-step's logits kept until the next forward
+    outputs_fp32             train.returned                the logits cast to fp32 as Lightning Fabric returns them
     shifted_logits           train._shifted_logits/_loss   transformers < 4.46's fp32 logits and shifted-logits loss
     compile                  refused                       see ``COMPILE_REFUSAL`` (recipe_compile traces the saved set)
     precision=fp8            wrap_model + step_context     torchao Float8Linear, torchtitan's recipe (recipe_fp8)
@@ -78,6 +79,9 @@ def check(c: dict) -> None:
     if c["shifted_logits"] and (c["loss_impl"] != "standard" or not data_parallel_only):
         raise UserError("shifted_logits is measured with loss_impl='standard' (transformers' own loss) on one device "
                         "or data parallelism alone")
+    if c["outputs_fp32"] and c["loss_impl"] not in ("standard", "chunked"):
+        raise UserError("outputs_fp32 is measured with loss_impl 'standard' or 'chunked' (a fused loss returns no "
+                        "logits)")
     if c["activation_offload"] and c["checkpointing"] == "selective_op":
         raise UserError("activation_offload is measured with checkpointing 'full' (torchtune) or 'none', "
                         "not 'selective_op'")

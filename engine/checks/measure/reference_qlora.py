@@ -18,7 +18,8 @@ from engine.checks.measure.reference_set import MODELS
 from engine.errors import UserError
 
 # inputs beside reference_set's CONFIG_COLUMNS
-SETTINGS = ["lora_dropout", "lora_dtype", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head"]
+SETTINGS = ["lora_dropout", "lora_dtype", "quant_saves_input", "outputs_held", "shifted_logits", "quant_lm_head",
+            "outputs_fp32", "loss_impl", "loss_chunks"]
 Q, QOLD = {"base_quant": "nf4"}, {"base_quant": "nf4", "quant_saves_input": True}
 QV16, ALL64 = {"lora_rank": 16, "lora_targets": "qv"}, {"lora_rank": 64, "lora_targets": "all_linear"}
 FSDP = {"framework": "fsdp", "zero_stage": 3}
@@ -65,6 +66,15 @@ FAMILY_CASES = {
                                                   "lora_dropout": 0.05}),
         ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, "quant_lm_head": True}),
     ],
+    "outputs_fp32": [
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **ADAPTERS16, "outputs_fp32": True}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **ADAPTERS16, **QOLD, "outputs_fp32": True,
+                                                  "outputs_held": True, "lora_dropout": 0.05}),
+        ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **ADAPTERS16, "outputs_fp32": True, "loss_impl": "chunked",
+                                                  "loss_chunks": 16, "lora_dropout": 0.05}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **ADAPTERS16, **QOLD, "outputs_fp32": True,
+                                              "loss_impl": "chunked", "loss_chunks": 16, "quant_lm_head": True}),
+    ],
     "lora_compute_dtype": [
         ("tinyllama-1.1b-like", 2048, 2, "bf16", {**QV16, **ADAPTERS16}),
         ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, **ADAPTERS16}),
@@ -101,6 +111,7 @@ def case_id(family: str, model: str, seq: int, mb: int, precision: str, f: dict)
     parts += ["adapters16"] if f.get("lora_dtype") == "compute" else []
     parts += ["held"] if f.get("outputs_held") else []
     parts += ["shifted"] if f.get("shifted_logits") else []
+    parts += ["fp32out"] if f.get("outputs_fp32") else []
     parts += ["qhead"] if f.get("quant_lm_head") else []
     parts += ["ckpt"] if f.get("checkpointing") == "full" else []
     if f.get("n_gpus"):

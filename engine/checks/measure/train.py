@@ -13,7 +13,8 @@ torchtune (``loss_chunked``) or Liger (``loss_fused_linear``) do, on labels shif
 them; ``optimizer_impl`` and ``optimizer_in_backward`` re-make the optimizer before its first step
 (``recipe_optim``), and an optimizer stepping in backward makes ``step()`` a no-op. ``outputs_held`` keeps each micro-step's logits, and
 through them its autograd graph, until the next forward returns (LitGPT's finetune loops); ``shifted_logits``
-runs transformers' loss as it was before 4.46 (fp32 logits from the model, the shifted logits copied).
+runs transformers' loss as it was before 4.46 (fp32 logits from the model, the shifted logits copied);
+``outputs_fp32`` casts the logits to fp32 as Lightning Fabric returns a model's outputs (``returned``).
 
 Optimizers: AdamW/Adam and SGD with momentum with ``foreach=True`` (the CUDA default, see
 ``torch.optim.optimizer._default_to_fused_or_foreach``; CPU would default to the per-tensor loop),
@@ -59,17 +60,34 @@ def shifted_labels(ids: torch.Tensor) -> torch.Tensor:
     return F.pad(ids, (0, 1), value=-100)[..., 1:].contiguous()
 
 
+def returned(logits, c: dict):
+    """``outputs_fp32``: the model's floating outputs as Lightning Fabric returns them, each cast to the default
+    dtype, fp32 (fabric/wrappers.py ``_FabricModule.forward``: ``output = precision.convert_output(output)``;
+    plugins/precision/half.py and bitsandbytes.py ``convert_output``, at 2.1.0 and 2.3.0); the 16-bit tensors die
+    as the cast ones replace them. Otherwise the logits as the model made them."""
+    if not c["outputs_fp32"]:
+        return logits
+    if isinstance(logits, list):
+        return [t.float() for t in logits]
+    return logits.float()
+
+
 def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
-    """The micro-step's loss: transformers' own (``standard``), torchtune's chunked CE or Liger's fused loss."""
+    """The micro-step's loss: transformers' own (``standard``), torchtune's chunked CE or Liger's fused loss;
+    under ``outputs_fp32`` transformers' or the chunked loss on the logits cast as Fabric returns them."""
+    base = getattr(model, "get_base_model", lambda: model)()
     if c["loss_impl"] == "standard":
         if c["shifted_logits"]:
             return _shifted_loss(_shifted_logits(model, ids), ids, c["vocab"])
+        if c["outputs_fp32"]:
+            logits = returned(model(input_ids=ids).logits, c)
+            return base.loss_function(logits=logits, labels=ids, vocab_size=c["vocab"])
         return model(input_ids=ids, labels=ids).loss
-    base = getattr(model, "get_base_model", lambda: model)()
     h = base.base_model(input_ids=ids).last_hidden_state  # after the final norm, before the head
     labels = shifted_labels(ids)
     if c["loss_impl"] == "chunked":
-        return loss_chunked.loss(h, base.get_output_embeddings(), labels, c["loss_chunks"])
+        return loss_chunked.loss(h, base.get_output_embeddings(), labels, c["loss_chunks"],
+                                 lambda logits: returned(logits, c))
     return loss_fused_linear.loss(h, base.get_output_embeddings().weight, labels)
 
 
@@ -93,7 +111,7 @@ def _held_forward_loss(model, ids: torch.Tensor, c: dict, lb) -> torch.Tensor:
     then transformers' own loss on them (what ``labels=`` runs: ``loss_function``), the order of LitGPT's loop
     (``logits = model(input_ids, ...)`` rebinds the name, and with it the last step's graph, before the loss);
     this micro-step's logits are held until the next forward returns."""
-    logits = _shifted_logits(model, ids) if c["shifted_logits"] else model(input_ids=ids).logits
+    logits = _shifted_logits(model, ids) if c["shifted_logits"] else returned(model(input_ids=ids).logits, c)
     lb.held = logits
     if c["shifted_logits"]:
         return _shifted_loss(logits, ids, c["vocab"])
