@@ -11,7 +11,7 @@ tests) comes back as one "temporaries" part.
 from engine.inputs.codes import Phase
 from engine.model.common import ceil_div
 from engine.model.evaluation import eval_cast_bytes, eval_layer_bytes, eval_loss_bytes, evaluates
-from engine.model.held import held_graph_bytes, held_logits_bytes
+from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.peak import (
     buckets_bytes,
@@ -33,11 +33,13 @@ SOURCES = {
     "autocast weight casts": "torch.autocast's cached 16-bit copies (aten/src/ATen/autocast_mode.cpp cached_cast)",
     "gathered/dequantized weights": "ZeRO-3 / FSDP all-gathered blocks, a quantized base's dequantized weight "
                                     "(sharding.py, temporaries.py dequant_bytes)",
-    "logits and loss": "the LM head's logits, their fp32 upcast and the loss's buffers (loss.py)",
+    "logits and loss": "the LM head's logits, their fp32 upcast (or the fp32 cast a wrapper returns, outputs_fp32) "
+                       "and the loss's buffers (loss.py)",
     "LM-head gradient": "the logits' gradient into the head (loss.py head_gradient_bytes)",
     "gradient buckets": "DDP / DeepSpeed gradient buckets (temporaries.py ddp_bucket_bytes)",
     "pipeline receive buffers": "activations received from the previous stage (pipeline.py)",
-    "held logits and graph": "the last micro-step's logits and graph a loop keeps (held.py, outputs_held)",
+    "held logits and graph": "the last micro-step's logits and graph a loop keeps (held.py, outputs_held), and this "
+                             "step's 16-bit logits while a wrapper casts them (outputs_fp32)",
     "layer backward workspace": "one block's gradient workspace (temporaries.py backward_workspace_bytes)",
     "recomputed activations": "one checkpointed block's activations, recomputed in backward (stage.py)",
     "prefetched blocks": "FSDP's next blocks gathered ahead in backward (sharding.py prefetch_bytes)",
@@ -48,8 +50,8 @@ SOURCES = {
     "tied-embedding gradient sum": "the tied embedding's two gradients summed (temporaries.py)",
     "optimizer step buffers": "the optimizer step's own buffers: foreach copies, fp32 upcasts (temporaries.py)",
     "next group gathered": "FSDP's next group gathered while a block reduce-scatters (sharding.py)",
-    "evaluation loss": "an evaluation forward's logits, their fp32 upcast and log-probs, and the final hidden states "
-                       "for eval_micro_batch samples (evaluation.py eval_loss_bytes)",
+    "evaluation loss": "an evaluation forward's logits, their fp32 upcast (or cast) and log-probs, and the final "
+                       "hidden states for eval_micro_batch samples (evaluation.py eval_loss_bytes)",
     "evaluation layer": "one layer's forward during evaluation, bounded by what it keeps for backward in training "
                         "(evaluation.py eval_layer_bytes)",
     "unpartitioned weights at load": "the rest of the whole quantized base each GPU holds as the checkpoint loads, "
@@ -72,7 +74,7 @@ def held_forward_parts(c, r, rank, last, g):
     """outputs_held: the model's forward returned, its loss not begun (peak.stage_peak's model_t)."""
     held, graph = held_logits_bytes(c, last), held_graph_bytes(c, rank_layers(c, rank))
     parts = [p for p in forward_parts(c, r, rank, last, g) if p[0] not in ("logits and loss", "LM-head gradient")]
-    return parts + [("held logits and graph", 2 * held + graph)]
+    return parts + [("held logits and graph", 2 * held + graph + cast_source_bytes(c, last))]
 
 
 def backward_parts(c, r, rank, last, g):

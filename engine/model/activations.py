@@ -178,7 +178,7 @@ def replicated_bytes_per_token(c):
     """Terms Korthikanti's TP leaves whole (10 sbh for GPT): norms, projection inputs, h-sized masks; a quantized
     base's kept inputs and LoRA dropout on the q/k/v and FFN-input adapters."""
     masks = 2 * c.d_model if has_dropout(c) else 0
-    lora = (quant_kept_replicated_bytes_per_token(c) + lora_dropout_replicated_bytes_per_token(c)
+    lora = (quant_kept_replicated_bytes_per_token(c, True) + lora_dropout_replicated_bytes_per_token(c)
             + lora_rank_bytes_per_token(c))
     return 2 * norm_bytes_per_token(c) + projection_inputs_bytes_per_token(c) + masks + lora
 
@@ -221,39 +221,42 @@ def adapter_shares_input(c, targets):
 
 
 @formula
-def quant_kept_replicated_bytes_per_token(c):
+def quant_kept_replicated_bytes_per_token(c, shared):
     """The kept inputs of the q/k/v and FFN-input projections (quant_kept), per token: the norm's output in the
     compute dtype, once for the group, or under autocast each Linear4bit's own cast of the fp32 stream
     (x.to(compute_dtype) in Linear4bit.forward); without autocast the one norm output, which an adapter taking it
-    uncast saves itself (fp32, or 16-bit adapters over a 16-bit base: lora_dtype = compute). Measured:
-    data/measured/qlora.csv, families qlora_old_bnb and outputs_fp32."""
+    uncast saves itself (fp32, or 16-bit adapters over a 16-bit base: lora_dtype = compute). `shared`: beside the
+    layer's saved tensors, so a tensor an adapter saves is counted there; False where the adapter's copy is gone
+    (checkpointed, offloaded, freed by backward: stage.quant_kept_layer_bytes). Measured: data/measured/qlora.csv,
+    families qlora_old_bnb and outputs_fp32."""
     if not quant_kept(c):
         return 0
     e = compute_bytes(c)
     if not autocast(c):
-        return sum_unshared(c, e * c.d_model, LoraTargets.QV) + sum_unshared(c, e * c.d_model, LoraTargets.ALL_LINEAR)
-    n_qkv = 3 if autocast(c) and not c.fused_projections else 1
-    n_up = (2 if c.ffn_type == FFN.SWIGLU else 1) if autocast(c) and not c.fused_projections else 1
+        return (sum_unshared(c, e * c.d_model, LoraTargets.QV, shared)
+                + sum_unshared(c, e * c.d_model, LoraTargets.ALL_LINEAR, shared))
+    n_qkv = 1 if c.fused_projections else 3
+    n_up = 1 if c.fused_projections or c.ffn_type != FFN.SWIGLU else 2
     return (n_qkv + n_up) * e * c.d_model
 
 
 @formula
-def sum_unshared(c, nbytes, targets):
-    """nbytes of a group's kept input, unless its adapter saves that very tensor."""
-    return 0 if adapter_shares_input(c, targets) else nbytes
+def sum_unshared(c, nbytes, targets, shared):
+    """nbytes of a group's kept input, unless `shared` and its adapter saves that very tensor."""
+    return 0 if shared and adapter_shares_input(c, targets) else nbytes
 
 
 @formula
-def quant_kept_split_bytes_per_token(c):
+def quant_kept_split_bytes_per_token(c, shared):
     """The kept inputs of the out-projection and the FFN's down projection (quant_kept), per token, where no
     other saved tensor is the same: the out-projection's input is flash attention's saved output; an adapter that
-    saves its 16-bit input shares it."""
+    saves its 16-bit input shares it (`shared`: as quant_kept_replicated_bytes_per_token)."""
     if not quant_kept(c):
         return 0
     e = compute_bytes(c)
-    out = 0 if c.attention == Attn.FLASH else sum_unshared(c, e * c.n_heads * c.head_dim, LoraTargets.ATTN)
+    out = 0 if c.attention == Attn.FLASH else sum_unshared(c, e * c.n_heads * c.head_dim, LoraTargets.ATTN, shared)
     # the down projection's input is in the FFN's dtype (ffn_bytes): fp32 under autocast, cast apart from any adapter
-    down = e * c.d_ff if ffn_bytes(c) != e else sum_unshared(c, e * c.d_ff, LoraTargets.ALL_LINEAR)
+    down = e * c.d_ff if ffn_bytes(c) != e else sum_unshared(c, e * c.d_ff, LoraTargets.ALL_LINEAR, shared)
     return out + down
 
 
@@ -415,7 +418,7 @@ def expert_compute_bytes(c):
 def split_bytes_per_token(c, moe_layer):
     """Terms that tensor parallelism splits, but the s^2 scores: attention internals and FFN intermediates."""
     if not moe_layer:
-        lora = quant_kept_split_bytes_per_token(c) + lora_dropout_split_bytes_per_token(c)
+        lora = quant_kept_split_bytes_per_token(c, True) + lora_dropout_split_bytes_per_token(c)
         return attention_bytes_per_token(c) + ffn_inner_bytes_per_token(c, c.d_ff, 1, 1) + lora
     return attention_bytes_per_token(c) + moe_bytes_per_token(c)
 

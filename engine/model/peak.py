@@ -23,7 +23,7 @@ from engine.catalogs.conventions import (
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
-from engine.model.held import held_graph_bytes, held_logits_bytes
+from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
@@ -195,10 +195,10 @@ def stage_peak(c, r, rank, with_eval):
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
-        # the model's forward has returned and its loss not begun: these logits, and the last micro-step's logits
-        # and graph, alive together (held.py)
+        # the model's forward has returned and its loss not begun: these logits (and the 16-bit ones they are cast
+        # from, outputs_fp32), and the last micro-step's logits and graph, alive together (held.py)
         model_t = fwd_t - forward_temp_bytes(c, r, rank, last) + forward_cast_bytes(c, r, rank, last) + r.gather_bytes
-        model_t += 2 * held + graph
+        model_t += 2 * held + graph + cast_source_bytes(c, last)
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)

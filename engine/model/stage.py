@@ -127,10 +127,11 @@ def quant_kept_layer_bytes(c):
     """One dense layer's kept quantized inputs (activations.quant_kept) for one micro-batch: node attributes, not
     saved tensors, so neither non-reentrant checkpointing nor saved-tensor hooks touch them, the out-projection's
     included (flash attention's output, which it is, is no longer saved there). Measured: data/measured/qlora.csv,
-    qlora_old_bnb with checkpointing = full (block 1 keeps 2f + 2h + 2h + 2·a·d + its 2h input, bf16)."""
+    qlora_old_bnb with checkpointing = full (block 1 keeps 2f + 2h + 2h + 2·a·d + its 2h input, bf16). Every one
+    counted, those an adapter also saves included: the adapter's copy is not on the device here."""
     tokens = local_tokens(c)
-    split = quant_kept_split_bytes_per_token(c) + quant_kept_flash_out_bytes_per_token(c)
-    return tokens * quant_kept_replicated_bytes_per_token(c) + ceil_div(tokens * split, c.tp)
+    split = quant_kept_split_bytes_per_token(c, False) + quant_kept_flash_out_bytes_per_token(c)
+    return tokens * quant_kept_replicated_bytes_per_token(c, False) + ceil_div(tokens * split, c.tp)
 
 
 @formula

@@ -83,6 +83,8 @@ FAMILY_CASES = {
         ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **Q, **ADAPTERS16, "lora_dropout": 0.1, "checkpointing": "full",
                                               "shifted_logits": True, "outputs_held": True}),
         ("tinyllama-1.1b-like", 2048, 2, "bf16", {**ALL64, **Q, **ADAPTERS16, "lora_dropout": 0.1, "n_gpus": 2}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **QOLD, **ADAPTERS16, "checkpointing": "full"}),
+        ("llama-400m-like", 2048, 4, "bf16", {**ALL64, **QOLD, **ADAPTERS16, "outputs_held": True}),
     ],
     "lora_ddp": [
         ("llama-400m-like", 2048, 2, "bf16", {**QV16, "n_gpus": 2}),
@@ -112,6 +114,7 @@ def case_id(family: str, model: str, seq: int, mb: int, precision: str, f: dict)
     parts += ["held"] if f.get("outputs_held") else []
     parts += ["shifted"] if f.get("shifted_logits") else []
     parts += ["fp32out"] if f.get("outputs_fp32") else []
+    parts += [f"chunked{f['loss_chunks']}"] if f.get("loss_impl") == "chunked" else []
     parts += ["qhead"] if f.get("quant_lm_head") else []
     parts += ["ckpt"] if f.get("checkpointing") == "full" else []
     if f.get("n_gpus"):
