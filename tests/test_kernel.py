@@ -28,6 +28,7 @@ CHOICES = dict(
     optimizer_impl=["foreach", "fused", "forloop"],
     loss_impl=["standard", "chunked", "fused_linear"],
     zero_grad=["none", "zeros"],
+    grad_sync=["every", "last"],
     fsdp_groups=["root", "split"],
     allocator=["caching", "expandable"],
     lora_dtype=["fp32", "compute"],

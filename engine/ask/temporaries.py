@@ -14,6 +14,7 @@ from engine.model.evaluation import eval_cast_bytes, eval_layer_bytes, eval_loss
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.peak import (
+    accumulated_grad_bytes,
     buckets_bytes,
     embedding_grad_temp_bytes,
     forward_cast_bytes,
@@ -40,6 +41,8 @@ SOURCES = {
     "pipeline receive buffers": "activations received from the previous stage (pipeline.py)",
     "held logits and graph": "the last micro-step's logits and graph a loop keeps (held.py, outputs_held), and this "
                              "step's 16-bit logits while a wrapper casts them (outputs_fp32)",
+    "unsharded gradients (no_sync)": "FSDP's unsharded gradients every rank accumulates when only the last "
+                                       "micro-batch syncs (grad_sync = last, peak.py accumulated_grad_bytes)",
     "layer backward workspace": "one block's gradient workspace (temporaries.py backward_workspace_bytes)",
     "recomputed activations": "one checkpointed block's activations, recomputed in backward (stage.py)",
     "prefetched blocks": "FSDP's next blocks gathered ahead in backward (sharding.py prefetch_bytes)",
@@ -67,7 +70,8 @@ def forward_parts(c, r, rank, last, g):
     if last:
         parts += [("logits and loss", loss_forward_bytes(c)), ("LM-head gradient", head_gradient_bytes(c))]
     return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
-                    ("pipeline receive buffers", kept)]
+                    ("pipeline receive buffers", kept),
+                    ("unsharded gradients (no_sync)", accumulated_grad_bytes(c, r, rank))]
 
 
 def held_forward_parts(c, r, rank, last, g):
@@ -90,7 +94,8 @@ def backward_parts(c, r, rank, last, g):
     parts += layer if sum(b for _, b in layer) >= sum(b for _, b in loss) else loss
     return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
                     ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
-                    ("held logits and graph", held_logits_bytes(c, last))]
+                    ("held logits and graph", held_logits_bytes(c, last)),
+                    ("unsharded gradients (no_sync)", accumulated_grad_bytes(c, r, rank))]
 
 
 def end_of_backward_parts(c, r, rank, last):

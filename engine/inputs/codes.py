@@ -61,6 +61,11 @@ class Allocator(IntEnum):
     EXPANDABLE = 1  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one growing segment per stream
 
 
+class GradSync(IntEnum):
+    EVERY = 0  # each micro-batch's gradients reduced as its backward makes them (FSDP2's default, torchtitan)
+    LAST = 1  # only the last micro-batch's: no_sync / set_requires_gradient_sync(False) before (HF accelerate)
+
+
 class ZeroGrad(IntEnum):
     NONE = 0  # set_to_none=True: gradients freed after each step
     ZEROS = 1  # set_to_none=False: kept allocated between steps
@@ -203,6 +208,7 @@ CHOICES = {
     "optimizer_impl": OptimizerImpl,
     "loss_impl": LossImpl,
     "zero_grad": ZeroGrad,
+    "grad_sync": GradSync,
     "fsdp_groups": FsdpGroups,
     "ffn_type": FFN,
     "act_fn": ActFn,

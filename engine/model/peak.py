@@ -20,7 +20,7 @@ from engine.catalogs.conventions import (
     FRAMEWORK_GRADS_KEPT_FROM_STAGE,
     FRAMEWORK_TORCH_PIPELINING,
 )
-from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
+from engine.inputs.codes import Ckpt, GradSync, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
@@ -65,9 +65,31 @@ def grads_live_in_forward(c, rank):
     if c.zero_stage >= FRAMEWORK_GRADS_KEPT_FROM_STAGE[c.framework] or c.zero_grad == ZeroGrad.ZEROS:
         return True
     if c.pp == 1:
-        return c.grad_accum > 1
+        return c.grad_accum > 1 and not accumulates_unsharded(c)
     num, den = in_flight(c, rank)
     return c.pp_schedule != PPSchedule.GPIPE and num < c.grad_accum * den
+
+
+@formula
+def accumulates_unsharded(c):
+    """grad_sync = last under FSDP: the loop runs every micro-batch but the last under no_sync (HF accelerate's
+    Accelerator.no_sync: `model.set_requires_gradient_sync(False)` for FSDP2, FSDP1's no_sync), so no gradient is
+    reduce-scattered until the last backward and every rank accumulates its layers' unsharded gradients (one data
+    parallel, non-pipelined loop: accelerate runs no pipeline)."""
+    return (c.grad_sync == GradSync.LAST and c.grad_accum > 1 and c.pp == 1 and fsdp(c)
+            and not c.optimizer_in_backward)
+
+
+@formula
+def accumulated_grad_bytes(c, r, rank):
+    """The unsharded gradients accumulated under grad_sync = last, from the first micro-batch's backward until the
+    last one reduce-scatters them: every trainable parameter the rank holds before sharding, in the gradients' dtype
+    (FSDP2 accumulates in its reduce dtype: fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed).
+    Measured: data/measured/parallel.csv, family fsdp2_sync_last (the sharded gradients appear only in the last
+    backward)."""
+    if not accumulates_unsharded(c):
+        return 0
+    return r.trainable_params * grad_bytes_per_param(c)  # pp = 1: the rank's share is all of it
 
 
 @formula
@@ -190,7 +212,9 @@ def stage_peak(c, r, rank, with_eval):
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
+    accumulated = accumulated_grad_bytes(c, r, rank)
     fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
+    fwd_t += accumulated
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
@@ -203,7 +227,7 @@ def stage_peak(c, r, rank, with_eval):
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
     bwd_t = backward_temp_bytes(c, r, rank, last, layer_acts) + stage_share(c, r, rank, buckets_bytes(c, r, True))
-    bwd_t += kept + held
+    bwd_t += kept + held + accumulated
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its

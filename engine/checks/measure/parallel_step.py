@@ -7,6 +7,9 @@
 * cp: forward and backward inside ``context_parallel`` over input ids, labels and positions;
 * loss_parallel: forward and backward inside ``loss_parallel()``;
 * DDP with grad_accum > 1: ``no_sync()`` on every micro-step but the last;
+* FSDP2 with grad_accum > 1 and ``grad_sync = last``: ``set_requires_gradient_sync(False)`` on every micro-step
+  but the last, as HF accelerate's ``no_sync`` does for an FSDP2 model (accelerator.py ``no_sync``: ``if
+  self.is_fsdp2: model.set_requires_gradient_sync(False)``), so each rank accumulates unsharded gradients;
 * outputs_held / shifted_logits (data parallelism alone): the single-GPU loop's forward and loss
   (``train._held_forward_loss``, ``train._shifted_logits``), as fsdp_qlora's loop runs it;
 * pp: the schedule's ``step`` runs the micro-batches (parallel_pipeline.py).
@@ -14,7 +17,7 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import torch
 
@@ -43,7 +46,7 @@ def _micro_step(model, c: dict, lb, cp_mesh, autocast, sync: bool) -> None:
         if c["loss_parallel"]:
             stack.enter_context(loss_parallel())
         if not sync:
-            stack.enter_context(model.no_sync())
+            stack.enter_context(_no_sync(model))
         with autocast():
             if c["outputs_held"]:  # data parallelism alone (recipes.check): the single-GPU loop's forward
                 loss = train._held_forward_loss(model, ids, c, lb)
@@ -56,6 +59,21 @@ def _micro_step(model, c: dict, lb, cp_mesh, autocast, sync: bool) -> None:
         lb.mark(f"backward{lb.step}.{lb.micro}")
         lb.phase = "backward"
         loss.backward()
+
+
+@contextmanager
+def _no_sync(model):
+    """No gradient reduction for this micro-step: DDP's ``no_sync()``; FSDP2's ``set_requires_gradient_sync``, set
+    back on exit (HF accelerate's ``Accelerator.no_sync``)."""
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        with model.no_sync():
+            yield
 
 
 def _optimizer_step(opt, c: dict) -> None:
@@ -82,10 +100,11 @@ def train_step(model, opt, c: dict, lb, cp_mesh, autocast, schedule=None, stages
 
         run_schedule(schedule, stages, c)
     else:
-        ddp = isinstance(model, DistributedDataParallel)
+        accumulates = isinstance(model, DistributedDataParallel) or (
+            c["grad_sync"] == "last" and hasattr(model, "set_requires_gradient_sync"))
         for micro in range(c["grad_accum"]):
             lb.micro = micro
-            _micro_step(model, c, lb, cp_mesh, autocast, sync=not ddp or micro == c["grad_accum"] - 1)
+            _micro_step(model, c, lb, cp_mesh, autocast, sync=not accumulates or micro == c["grad_accum"] - 1)
     lb.mark(f"optimizer{lb.step}")
     lb.phase = "optimizer"
     _optimizer_step(opt, c)

@@ -19,7 +19,7 @@ from engine.checks.measure.reference_set import CONFIG_COLUMNS, MEASURED_COLUMNS
 LAYOUT_COLUMNS = [
     "pp_schedule", "vpp", "pp_first_layers", "pp_last_layers", "loss_parallel", "top_k", "moe_d_ff",
     "n_shared_experts", "shared_expert_gate", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
-    "qk_rope_head_dim", "v_head_dim", "qk_norm", "capacity_factor", "fsdp_groups",
+    "qk_rope_head_dim", "v_head_dim", "qk_norm", "capacity_factor", "fsdp_groups", "grad_sync",
 ]
 HARNESS_COLUMNS = ["tp_plan", "ddp_bucket_cap_mb", "ddp_grad_as_bucket_view", "fsdp_param_dtype",
                    "fsdp_reduce_dtype", "fsdp_wrap", "ep_implementation", "pp_layers"]

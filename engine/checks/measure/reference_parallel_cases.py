@@ -46,6 +46,7 @@ FSDP2 = {"framework": "fsdp", "zero_stage": 2}
 AUTOCAST_FSDP3 = {"framework": "pytorch", "zero_stage": 3}
 AUTOCAST_FSDP2 = {"framework": "pytorch", "zero_stage": 2}
 OFFLOAD = {"offload": "optimizer_params"}  # FSDP2 CPUOffloadPolicy
+SYNC_LAST = {"grad_sync": "last"}  # HF accelerate's no_sync on all but the last micro-batch (parallel_step.py)
 SPLIT = {"fsdp_groups": "split"}  # torchtitan's groups since 83e6941: embedding, blocks, [norm, head], root
 
 # (family, model, seq_len, micro_batch, precision, layout and harness fields, ranks measured)
@@ -68,6 +69,16 @@ CASES = [
     ("fsdp2", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP}, (0,)),
     ("fsdp2", "tinyllama-1.1b-like", 2048, 2, "bf16", {"dp": 4, **FSDP3}, (0,)),
     ("fsdp2", "llama-400m-like", 1024, 2, "fp32", {"dp": 2, **FSDP3, "grad_accum": 2}, (0,)),
+    ("fsdp2_sync_last", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, "grad_accum": 2}, (0,)),
+    ("fsdp2_sync_last", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, **SYNC_LAST, "grad_accum": 2},
+     (0,)),
+    ("fsdp2_sync_last", "llama-400m-like", 2048, 1, "amp_bf16", {"dp": 4, **FSDP3, **MP, **SYNC_LAST, "grad_accum": 4},
+     (0,)),
+    ("fsdp2_sync_last", "tinyllama-1.1b-like", 2048, 1, "amp_bf16",
+     {"dp": 8, **FSDP3, **MP, **SYNC_LAST, "grad_accum": 2, "checkpointing": "full"}, (0,)),
+    ("fsdp2_sync_last", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP2, **MP, **SYNC_LAST, "grad_accum": 2},
+     (0,)),
+    ("fsdp2_sync_last", "llama-400m-like", 1024, 2, "fp32", {"dp": 2, **FSDP3, **SYNC_LAST, "grad_accum": 2}, (0,)),
     ("fsdp2_split", "llama-400m-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, **SPLIT}, (0,)),
     ("fsdp2_split", "tinyllama-1.1b-like", 2048, 2, "amp_bf16", {"dp": 4, **FSDP3, **MP, **SPLIT}, (0,)),
     ("fsdp2_split", "llama-3.1-8b-4l", 4096, 1, "amp_bf16", {"dp": 8, **FSDP3, **MP, **SPLIT}, (0,)),
@@ -182,6 +193,8 @@ def case_id(family: str, model: str, seq: int, mb: int, precision: str, extra: d
         parts.append(f"split{extra.get('pp_first_layers', 0)}-{extra.get('pp_last_layers', 0)}")
     if extra.get("fsdp_groups") == "split":
         parts.append("split")
+    if extra.get("grad_sync") == "last":
+        parts.append("synclast")
     if extra.get("tp_plan") == "hf":
         parts.append("hfplan")
     if extra.get("capacity_factor", 1.0) != 1.0:
