@@ -2,7 +2,17 @@
 the training-recipe knobs (CONFIG.md "Training recipe") and cheaper training methods. Each is a (what to say, the
 changed inputs) pair; explain evaluates them in one batch and keeps those that lower the peak."""
 
-from engine.inputs.codes import Attn, Ckpt, Framework, LossImpl, Offload, Optimizer, OptimizerImpl, Precision
+from engine.inputs.codes import (
+    Attn,
+    Ckpt,
+    Framework,
+    GradSync,
+    LossImpl,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+)
 
 
 def variants(case: dict, rec) -> list[tuple[str, dict]]:
@@ -54,6 +64,8 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
                                                                                         Precision.AMP_FP16):
         out.append(("FSDP2 with a MixedPrecisionPolicy (16-bit gathers, no autocast weight copies)",
                     {"framework": "fsdp"}))
+    if rec.grad_sync == GradSync.LAST and rec.grad_accum > 1:
+        out.append(("sync the gradients every micro-batch (accelerate's sync_each_batch=True)", {"grad_sync": "every"}))
     if rec.optimizer_impl != OptimizerImpl.FUSED:
         out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
     if not rec.optimizer_in_backward:
