@@ -42,7 +42,7 @@ from engine.model.load import load_bytes
 from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import n_moe_layers
-from engine.model.peak import Peak, pageable_bytes, peak_of_ranks, stage_share
+from engine.model.peak import Peak, most_loaded, pageable_bytes, stage_peaks, stage_share
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
@@ -255,13 +255,14 @@ def step_terms(c, r):
                               reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL, peak_grad_bytes=NULL,
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, reason, NO_WORK, NULL, NULL)
-    p, holds_loss, last = peak_of_ranks(c, r, True)
+    training = stage_peaks(c, r, False)  # each rank's step, then weighed against its evaluation
+    p, holds_loss, last = most_loaded(c, r, training, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
     slack = reserve_slack_bytes(c, r, p, holds_loss, last, block)
     if evaluates(c) and block > 0:
         # the loss stage's step segments stay cached beside its evaluation's own, whichever phase peaks
-        step_last = peak_of_ranks(c, r, False)[2]
+        step_last = training[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
     if r.load_bytes > p.allocated_bytes:  # the load holds more than any step; the reserve is the larger (load.py)

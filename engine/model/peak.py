@@ -203,8 +203,25 @@ def backward_temp_bytes(c, r, rank, last, layer_acts):
 @formula
 def stage_peak(c, r, rank, with_eval):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
-    p = 1): its states, the activations it keeps in flight, its receive buffers; and `with_eval`, the evaluation
-    forward between steps (eval_micro_batch)."""
+    p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch)."""
+    best = stage_training_peak(c, r, rank)
+    return with_evaluation(c, r, rank, best) if with_eval else best
+
+
+@formula
+def with_evaluation(c, r, rank, best):
+    """The larger of pipeline rank `rank`'s training peak `best` and its evaluation forward between steps, which
+    keeps no activation (best's saved and pinned bytes: what the steps around it leave, eval_peak)."""
+    if not evaluates(c):
+        return best
+    evaluation = eval_peak(c, r, rank, rank == c.pp - 1, best.saved_bytes, best.pinned_bytes)
+    return evaluation if evaluation.allocated_bytes > best.allocated_bytes else best
+
+
+@formula
+def stage_training_peak(c, r, rank):
+    """The largest of the forward, backward and optimizer peaks of pipeline rank `rank`: its states, the
+    activations it keeps in flight, its receive buffers."""
     last = rank == c.pp - 1
     per_microbatch = rank_microbatch_activation_bytes(c, r, rank)  # its layers', one micro-batch
     acts = stage_activations_from(c, r, rank, 0, per_microbatch)
@@ -269,10 +286,6 @@ def stage_peak(c, r, rank, with_eval):
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
-    if with_eval and evaluates(c):
-        evaluation = eval_peak(c, r, rank, last, acts, pinned)
-        if evaluation.allocated_bytes > best.allocated_bytes:
-            best = evaluation
     return best
 
 
@@ -323,7 +336,23 @@ def peak_of_ranks(c, r, with_eval):
     """The peak of one training step (and `with_eval`, of the evaluations between steps) on the most loaded
     pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
     stage's peak (the same when p = 1)."""
-    first, middle, last = stage_peaks(c, r, with_eval)
+    return most_loaded(c, r, stage_peaks(c, r, False), with_eval)
+
+
+@formula
+def most_loaded(c, r, training, with_eval):
+    """peak_of_ranks from the first, middle and last ranks' `training` peaks (stage_peaks without evaluation),
+    each weighed against its evaluation forward first when `with_eval`: levels.step_terms keeps the training
+    peaks for the loss stage's reserve, so no stage's step is worked out twice."""
+    first, middle, last = training
+    if with_eval:
+        first_rank, middle_rank, last_rank = stage_ranks(c)
+        first = with_evaluation(c, r, first_rank, first)
+        if c.pp == 1:
+            middle, last = first, first
+        else:
+            middle = with_evaluation(c, r, middle_rank, middle)
+            last = with_evaluation(c, r, last_rank, last)
     best, holds_loss = first, c.pp == 1
     if middle.allocated_bytes > best.allocated_bytes:
         best = middle
