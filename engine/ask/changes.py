@@ -68,7 +68,8 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
         out.append(("sync the gradients every micro-batch (accelerate's sync_each_batch=True)", {"grad_sync": "every"}))
     if rec.optimizer_impl != OptimizerImpl.FUSED:
         out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
-    if not rec.optimizer_in_backward:
+    if not rec.optimizer_in_backward and rec.grad_accum == 1:  # each parameter steps as its gradient is made:
+        # nothing accumulates (torchtune refuses gradient accumulation with optimizer_in_bwd)
         out.append(("the optimizer step in backward (torchtune optimizer_in_bwd)", {"optimizer_in_backward": True}))
     if rec.loss_impl == LossImpl.STANDARD:
         out.append(("chunked cross-entropy (torchtune, 8 chunks)", {"loss_impl": "chunked", "loss_chunks": 8}))
