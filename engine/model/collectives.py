@@ -32,6 +32,7 @@ from engine.inputs.codes import Ckpt, PPSchedule
 from engine.model.common import formula
 from engine.model.flops import recompute_attention_share, recompute_matmul_share
 from engine.model.params import head_dim, kv_heads
+from engine.model.sharding import accumulates_unsharded
 from engine.model.states import compute_bytes, grad_bytes_per_param, trains
 
 # --- from sources, not fitted --------------------------------------------------------------------------------
@@ -101,14 +102,16 @@ def pp_bytes(c, m):
 @formula
 def dp_bytes(c, r):
     """Data-parallel collectives of one optimizer step over dp·cp ranks, and the share of the compute they hide
-    behind (the module docstring)."""
+    behind (the module docstring). ZeRO-3 gathers every micro-batch and reduce-scatters every micro-batch's
+    gradients, or the last one's alone where the others ran under no_sync (grad_sync = last)."""
     n = c.dp * c.cp
     if n == 1:
         return 0.0, 0.0
     grads = float(grad_bytes_per_param(c)) * r.trainable_params if trains(c) else 0.0
     if c.zero_stage == 3:
         gathers = 2.0 * compute_bytes(c) * r.params
-        return c.grad_accum * (gathers + grads) * ring(n, False), 1.0
+        syncs = 1 if accumulates_unsharded(c) else c.grad_accum  # grad_sync = last: one reduce-scatter a step
+        return (c.grad_accum * gathers + syncs * grads) * ring(n, False), 1.0
     if c.zero_stage == 0:
         return grads * ring(n, True), 2.0 / 3.0 / c.grad_accum
     updated = float(compute_bytes(c)) * r.trainable_params if trains(c) else 0.0

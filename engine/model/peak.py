@@ -20,14 +20,14 @@ from engine.catalogs.conventions import (
     FRAMEWORK_GRADS_KEPT_FROM_STAGE,
     FRAMEWORK_TORCH_PIPELINING,
 )
-from engine.inputs.codes import Ckpt, GradSync, Phase, PPSchedule, ZeroGrad
+from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
-from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
+from engine.model.sharding import accumulates_unsharded, fsdp, loss_prefetch_bytes, next_group_gather_bytes
 from engine.model.split import evaluated_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
@@ -68,16 +68,6 @@ def grads_live_in_forward(c, rank):
         return c.grad_accum > 1 and not accumulates_unsharded(c)
     num, den = in_flight(c, rank)
     return c.pp_schedule != PPSchedule.GPIPE and num < c.grad_accum * den
-
-
-@formula
-def accumulates_unsharded(c):
-    """grad_sync = last under FSDP: the loop runs every micro-batch but the last under no_sync (HF accelerate's
-    Accelerator.no_sync: `model.set_requires_gradient_sync(False)` for FSDP2, FSDP1's no_sync), so no gradient is
-    reduce-scattered until the last backward and every rank accumulates its layers' unsharded gradients (one data
-    parallel, non-pipelined loop: accelerate runs no pipeline)."""
-    return (c.grad_sync == GradSync.LAST and c.grad_accum > 1 and c.pp == 1 and fsdp(c)
-            and not c.optimizer_in_backward)
 
 
 @formula

@@ -27,7 +27,7 @@ from engine.catalogs.conventions import (
     FRAMEWORK_FSDP_GATHERS,
     FRAMEWORK_QUANT_STATE_SHARDED,
 )
-from engine.inputs.codes import FsdpGroups
+from engine.inputs.codes import FsdpGroups, GradSync
 from engine.model.common import ceil_div, formula
 from engine.model.params import ffn_params, lora_params_per_layer, n_moe_layers
 from engine.model.split import layers_per_stage
@@ -47,6 +47,16 @@ from engine.model.states import (
 def fsdp(c):
     """FSDP shards this rank's parameters: framework pytorch or fsdp at zero_stage 2 or 3, over d > 1 ranks."""
     return FRAMEWORK_FSDP_GATHERS[c.framework] and c.zero_stage >= 2 and c.dp * c.cp > 1
+
+
+@formula
+def accumulates_unsharded(c):
+    """grad_sync = last under FSDP: the loop runs every micro-batch but the last under no_sync (HF accelerate's
+    Accelerator.no_sync: `model.set_requires_gradient_sync(False)` for FSDP2, FSDP1's no_sync), so no gradient is
+    reduce-scattered until the last backward and every rank accumulates its layers' unsharded gradients (one data
+    parallel, non-pipelined loop: accelerate runs no pipeline)."""
+    return (c.grad_sync == GradSync.LAST and c.grad_accum > 1 and c.pp == 1 and fsdp(c)
+            and not c.optimizer_in_backward)
 
 
 @formula
