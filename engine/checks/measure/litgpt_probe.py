@@ -21,6 +21,7 @@ Findings: data/measured/QLORA.md, "LitGPT through Lightning Fabric".
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import types
 from pathlib import Path
@@ -59,11 +60,12 @@ def import_lit_gpt(checkout: Path):
     tokenizer = types.ModuleType("lit_gpt.tokenizer")
     tokenizer.Tokenizer = object  # needs sentencepiece / tokenizers; the step does not use it
     sys.modules["lit_gpt.tokenizer"] = tokenizer
+    # lit_gpt is the checkout's source tree, not an installed package (LitGPT of 2023 was never on PyPI under that
+    # name): it is imported from the path the user gives, so it is named here, not in pyproject.toml
     sys.path.insert(0, str(checkout))
-    from lit_gpt.lora import GPT, Config, mark_only_lora_as_trainable
-    from lit_gpt.utils import chunked_cross_entropy
-
-    return GPT, Config, mark_only_lora_as_trainable, chunked_cross_entropy
+    lora = importlib.import_module("lit_gpt.lora")
+    utils = importlib.import_module("lit_gpt.utils")
+    return lora.GPT, lora.Config, lora.mark_only_lora_as_trainable, utils.chunked_cross_entropy
 
 
 def traced_peak(lit, name: str, micro_batch: int, seq_len: int, outputs_fp32: bool) -> int:
