@@ -26,7 +26,7 @@ from engine.model.peak import (
 from engine.model.pipeline import recv_buffer_bytes
 from engine.model.sharding import fsdp, loss_prefetch_bytes, next_group_gather_bytes
 from engine.model.split import rank_layers, stage_ranks
-from engine.model.stage import rank_layer_activation_bytes, recompute_bytes
+from engine.model.stage import layer_bytes, rank_layer_activation_bytes
 from engine.model.temporaries import backward_workspace_bytes, tied_gradient_sum_bytes
 
 # name -> where the buffer comes from
@@ -86,9 +86,10 @@ def backward_parts(c, r, rank, last, g):
              ("autocast weight casts", saved_cast_bytes(c, r, rank, last))]
     if last:
         parts.append(("LM-head gradient", head_gradient_bytes(c)))
-    freed = ceil_div(rank_layer_activation_bytes(c, r, rank, 0), max(rank_layers(c, rank), 1))
+    one_layer = layer_bytes(c, r)
+    freed = ceil_div(rank_layer_activation_bytes(c, r, one_layer, rank, 0), max(rank_layers(c, rank), 1))
     layer = [("layer backward workspace", backward_workspace_bytes(c)),
-             ("recomputed activations", recompute_bytes(c, r)), ("prefetched blocks", 2 * r.prefetch_bytes),
+             ("recomputed activations", one_layer.recomputed), ("prefetched blocks", 2 * r.prefetch_bytes),
              ("reduce-scatter buffers", max(0, r.reduce_bytes - freed))]
     loss = [("loss backward", loss_prefetch_bytes(c, r) + loss_backward_bytes(c))] if last else []
     parts += layer if sum(b for _, b in layer) >= sum(b for _, b in loss) else loss
@@ -117,7 +118,7 @@ def optimizer_parts(c, r, rank, last):
 
 def eval_parts(c, r, rank, last):
     """An evaluation forward between steps (peak.eval_peak)."""
-    layer, loss = eval_layer_bytes(c, r), eval_loss_bytes(c) if last else 0
+    layer, loss = eval_layer_bytes(c, layer_bytes(c, r)), eval_loss_bytes(c) if last else 0
     work = ("evaluation loss", loss) if loss >= layer else ("evaluation layer", layer)
     return [("autocast weight casts", stage_share(c, r, rank, eval_cast_bytes(c, r))),
             ("gathered/dequantized weights", r.gather_bytes),
@@ -151,7 +152,8 @@ def candidates(c, r, rank):
 
 def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
-    peaks = [(stage_peak(c, r, rank, True), rank) for rank in dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))]
+    layer, ranks = layer_bytes(c, r), dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))
+    peaks = [(stage_peak(c, r, layer, rank, True), rank) for rank in ranks]
     best, rank = peaks[0]
     for p, k in peaks[1:]:
         if p.allocated_bytes > best.allocated_bytes:

@@ -16,7 +16,7 @@ from engine.inputs.codes import Phase
 from engine.inputs.vocabulary import INPUTS
 from engine.model.levels import rank_terms
 from engine.model.peak import stage_peaks
-from engine.model.stage import activation_bytes, stage_layer_activation_bytes
+from engine.model.stage import activation_bytes, layer_bytes, stage_layer_activation_bytes
 
 GIB = 2**30
 GOLDEN = DATA_DIR / "golden" / "published.csv"
@@ -116,7 +116,8 @@ def measured_stage(result: dict, row: dict):
     rank = int(row.get("rank") or 0)
     if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
         return None
-    first, middle, last = stage_peaks(record, rank_terms(record), True)
+    r = rank_terms(record)
+    first, middle, last = stage_peaks(record, r, layer_bytes(record, r), True)
     is_last = rank == record.n_gpus - 1
     return (first if rank == 0 else last if is_last else middle), is_last
 

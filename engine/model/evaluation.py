@@ -24,7 +24,6 @@ from engine.model.activations import local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
 from engine.model.loss import loss_forward_bytes
 from engine.model.params import n_moe_layers
-from engine.model.stage import attention_scores_bytes_per_token, full_layer_bytes
 
 
 @formula
@@ -39,11 +38,10 @@ def eval_scaled(c, nbytes):
 
 
 @formula
-def eval_layer_bytes(c, r):
+def eval_layer_bytes(c, layer):
     """One layer's forward during evaluation: what it would keep for backward without recomputation, scores
-    included."""
-    moe = n_moe_layers(c) > 0
-    return eval_scaled(c, full_layer_bytes(c, r, moe, attention_scores_bytes_per_token(c, r)))
+    included (an MoE layer's where the model has them; `layer`: stage.layer_bytes)."""
+    return eval_scaled(c, layer.moe_whole if n_moe_layers(c) > 0 else layer.dense_whole)
 
 
 @formula
@@ -54,9 +52,9 @@ def eval_loss_bytes(c):
 
 
 @formula
-def eval_work_bytes(c, r, last):
+def eval_work_bytes(c, layer, last):
     """The larger of one layer's evaluation forward and, on the last stage, the loss's."""
-    return max(eval_layer_bytes(c, r), eval_loss_bytes(c) if last else 0)
+    return max(eval_layer_bytes(c, layer), eval_loss_bytes(c) if last else 0)
 
 
 @formula

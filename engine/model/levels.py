@@ -56,7 +56,7 @@ from engine.model.split import (
     params_per_gpu,
     trainable_params_per_gpu,
 )
-from engine.model.stage import offloaded_activation_bytes
+from engine.model.stage import layer_bytes, offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
 from engine.model.step_work import Work, step_work
 from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
@@ -255,8 +255,9 @@ def step_terms(c, r):
                               reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL, peak_grad_bytes=NULL,
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, reason, NO_WORK, NULL, NULL)
-    training = stage_peaks(c, r, False)  # each rank's step, then weighed against its evaluation
-    p, holds_loss, last = most_loaded(c, r, training, True)
+    layer = layer_bytes(c, r)  # one layer's activations, the same on every rank
+    training = stage_peaks(c, r, layer, False)  # each rank's step, then weighed against its evaluation
+    p, holds_loss, last = most_loaded(c, r, layer, training, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
     slack = reserve_slack_bytes(c, r, p, holds_loss, last, block)
@@ -270,13 +271,13 @@ def step_terms(c, r):
         p, grads = load_peak(r), 0
         slack = max(0, reserved - p.allocated_bytes)
     optimizer = p.allocated_bytes - r.columns.weight_bytes - p.activation_bytes - p.temp_bytes - grads
-    host = r.host_states_bytes + offloaded_activation_bytes(c, r)
+    host = r.host_states_bytes + offloaded_activation_bytes(c, r, layer)
     columns = StepColumns(activation_bytes=p.activation_bytes,
                           temp_bytes=p.temp_bytes, allocated_peak_bytes=p.allocated_bytes,
                           reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
                           peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, reason, step_work(c, r), largest, largest_bytes)
+    return Step(columns, reason, step_work(c, r, layer), largest, largest_bytes)
 
 
 class Gpu(NamedTuple):

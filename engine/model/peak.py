@@ -10,7 +10,8 @@ them between steps: accumulation over micro-batches, pipeline schedules, or fram
 contiguous main-grad buffer, DeepSpeed ZeRO-3's gradient partitions). Between two steps an evaluation may run
 (eval_peak, evaluation.py).
 
-Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank).
+Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank); those of a
+rank's step also one layer's bytes for one micro-batch, `layer` (stage.layer_bytes), worked out once per step.
 """
 
 from typing import NamedTuple
@@ -32,9 +33,9 @@ from engine.model.split import evaluated_layers, stage_ranks
 from engine.model.stage import (
     checkpointed_layers,
     in_flight_bytes,
+    layer_bytes,
     pinned_segment_bytes,
     rank_microbatch_activation_bytes,
-    recompute_bytes,
     stage_activations_from,
 )
 from engine.model.states import grad_bytes_per_param, trains
@@ -173,7 +174,7 @@ def forward_temp_bytes(c, r, rank, last):
 
 
 @formula
-def backward_temp_bytes(c, r, rank, last, layer_acts):
+def backward_temp_bytes(c, r, layer, rank, last, layer_acts):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
     plus what stays gathered and the kept weight casts (`layer_acts`: the activations of the rank's layers in
@@ -181,7 +182,7 @@ def backward_temp_bytes(c, r, rank, last, layer_acts):
     t = r.gather_bytes + saved_cast_bytes(c, r, rank, last)  # autocast's cache is gone: only the saved casts
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
-    compute = backward_workspace_bytes(c) + recompute_bytes(c, r) + 2 * r.prefetch_bytes
+    compute = backward_workspace_bytes(c) + layer.recomputed + 2 * r.prefetch_bytes
     freed = ceil_div(layer_acts, max(evaluated_layers(c, r, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
     loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
@@ -191,31 +192,31 @@ def backward_temp_bytes(c, r, rank, last, layer_acts):
 
 
 @formula
-def stage_peak(c, r, rank, with_eval):
+def stage_peak(c, r, layer, rank, with_eval):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
     p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch)."""
-    best = stage_training_peak(c, r, rank)
-    return with_evaluation(c, r, rank, best) if with_eval else best
+    best = stage_training_peak(c, r, layer, rank)
+    return with_evaluation(c, r, layer, rank, best) if with_eval else best
 
 
 @formula
-def with_evaluation(c, r, rank, best):
+def with_evaluation(c, r, layer, rank, best):
     """The larger of pipeline rank `rank`'s training peak `best` and its evaluation forward between steps, which
     keeps no activation (best's saved and pinned bytes: what the steps around it leave, eval_peak)."""
     if not evaluates(c):
         return best
-    evaluation = eval_peak(c, r, rank, rank == c.pp - 1, best.saved_bytes, best.pinned_bytes)
+    evaluation = eval_peak(c, r, layer, rank, rank == c.pp - 1, best.saved_bytes, best.pinned_bytes)
     return evaluation if evaluation.allocated_bytes > best.allocated_bytes else best
 
 
 @formula
-def stage_training_peak(c, r, rank):
+def stage_training_peak(c, r, layer, rank):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank`: its states, the
     activations it keeps in flight, its receive buffers."""
     last = rank == c.pp - 1
-    per_microbatch = rank_microbatch_activation_bytes(c, r, rank)  # its layers', one micro-batch
+    per_microbatch = rank_microbatch_activation_bytes(c, r, layer, rank)  # its layers', one micro-batch
     acts = stage_activations_from(c, r, rank, 0, per_microbatch)
-    pinned = pinned_segment_bytes(c, r, rank)
+    pinned = pinned_segment_bytes(c, r, layer, rank)
     kept = recv_buffer_bytes(c, rank)
     g = grads_live_in_forward(c, rank)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
@@ -233,8 +234,8 @@ def stage_training_peak(c, r, rank):
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
-    bwd_t = backward_temp_bytes(c, r, rank, last, layer_acts) + stage_share(c, r, rank, buckets_bytes(c, r, True))
-    bwd_t += kept + held + accumulated
+    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts)
+    bwd_t += stage_share(c, r, rank, buckets_bytes(c, r, True)) + kept + held + accumulated
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
@@ -289,36 +290,36 @@ def eval_grads_live(c):
 
 
 @formula
-def eval_temp_bytes(c, r, rank, last):
+def eval_temp_bytes(c, r, layer, rank, last):
     """An evaluation forward's transient buffers (evaluation.py): autocast's casts, the gathered groups, the
     gradient buckets DDP never frees, the pipeline's receive buffers, what a loop holds from its last step
     (outputs_held), and the larger of one layer's forward and the loss's."""
     casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
     buckets = stage_share(c, r, rank, buckets_bytes(c, r, False))
     held = held_logits_bytes(c, last) + held_graph_bytes(c, evaluated_layers(c, r, rank))
-    return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, r, last)
+    return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, layer, last)
 
 
 @formula
-def eval_peak(c, r, rank, last, saved, pinned):
+def eval_peak(c, r, layer, rank, last, saved, pinned):
     """An evaluation forward between optimizer steps: the persistent states, no activation kept (`saved` and
     `pinned`: the training steps' around it, Peak.saved_bytes and pinned_bytes)."""
     g = eval_grads_live(c)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
-    t = eval_temp_bytes(c, r, rank, last)
+    t = eval_temp_bytes(c, r, layer, rank, last)
     return Peak(live + t, Phase.EVAL.value, 0, t, g, saved, pinned)
 
 
 @formula
-def stage_peaks(c, r, with_eval):
+def stage_peaks(c, r, layer, with_eval):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
     p = 1)."""
     first_rank, middle_rank, last_rank = stage_ranks(c)
-    first = stage_peak(c, r, first_rank, with_eval)
+    first = stage_peak(c, r, layer, first_rank, with_eval)
     if c.pp == 1:
         return first, first, first
-    middle = first if middle_rank == first_rank else stage_peak(c, r, middle_rank, with_eval)
-    return first, middle, stage_peak(c, r, last_rank, with_eval)
+    middle = first if middle_rank == first_rank else stage_peak(c, r, layer, middle_rank, with_eval)
+    return first, middle, stage_peak(c, r, layer, last_rank, with_eval)
 
 
 @formula
@@ -326,23 +327,24 @@ def peak_of_ranks(c, r, with_eval):
     """The peak of one training step (and `with_eval`, of the evaluations between steps) on the most loaded
     pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
     stage's peak (the same when p = 1)."""
-    return most_loaded(c, r, stage_peaks(c, r, False), with_eval)
+    layer = layer_bytes(c, r)
+    return most_loaded(c, r, layer, stage_peaks(c, r, layer, False), with_eval)
 
 
 @formula
-def most_loaded(c, r, training, with_eval):
+def most_loaded(c, r, layer, training, with_eval):
     """peak_of_ranks from the first, middle and last ranks' `training` peaks (stage_peaks without evaluation),
     each weighed against its evaluation forward first when `with_eval`: levels.step_terms keeps the training
     peaks for the loss stage's reserve, so no stage's step is worked out twice."""
     first, middle, last = training
     if with_eval:
         first_rank, middle_rank, last_rank = stage_ranks(c)
-        first = with_evaluation(c, r, first_rank, first)
+        first = with_evaluation(c, r, layer, first_rank, first)
         if c.pp == 1:
             middle, last = first, first
         else:
-            middle = with_evaluation(c, r, middle_rank, middle)
-            last = with_evaluation(c, r, last_rank, last)
+            middle = with_evaluation(c, r, layer, middle_rank, middle)
+            last = with_evaluation(c, r, layer, last_rank, last)
     best, holds_loss = first, c.pp == 1
     if middle.allocated_bytes > best.allocated_bytes:
         best = middle

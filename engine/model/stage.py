@@ -2,8 +2,11 @@
 layers on the stage and the micro-batches in flight, with recomputation.
 
 Korthikanti et al. 2022 (arXiv:2205.05198): Table 2 per layer; Eq. 5 and sec. 6 for the pipeline schedules.
-Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank).
+Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank); those that
+scale one layer's bytes by a rank's layers take them as a LayerBytes (`layer_bytes`), worked out once per step.
 """
+
+from typing import NamedTuple
 
 from engine.catalogs.conventions import FRAMEWORK_DTENSOR_TP
 from engine.inputs.codes import Allocator, Ckpt, PPSchedule
@@ -25,6 +28,44 @@ from engine.model.params import has_dims, n_moe_layers
 from engine.model.pipeline import in_flight
 from engine.model.split import evaluated_layers, layers_per_stage
 from engine.model.states import compute_bytes
+
+
+class LayerBytes(NamedTuple):
+    """One transformer layer's bytes for one micro-batch of a step: the same on every pipeline rank, so the step
+    works them out once (`layer_bytes`) and each rank scales them by its own layers and micro-batches in flight."""
+
+    dense_saved: int  # what a dense layer keeps for backward under the step's checkpointing (layer_activation_bytes)
+    moe_saved: int  # ... an MoE layer (0 in a dense model)
+    dense_whole: int  # what a dense layer keeps without recomputation, its scores included (full_layer_bytes): a
+    # layer full recomputation leaves unchecked, or one layer's evaluation forward; 0 where the step needs neither
+    moe_whole: int  # ... an MoE layer
+    recomputed: int  # what backward rebuilds of one layer at a time: all of it under full recomputation, scores
+    # included; what the op policy did not keep under selective_op
+
+
+NO_LAYER = LayerBytes(0, 0, 0, 0, 0)  # a model without dims keeps no layer activations
+
+
+@formula
+def layer_bytes(c, r):
+    """The step's LayerBytes. The whole layers are worked out only where the step reads them: recomputation
+    (full or selective_op) or an evaluation between steps (eval_micro_batch > 0, evaluation.py)."""
+    if not has_dims(c):
+        return NO_LAYER
+    moe = n_moe_layers(c) > 0
+    dense_saved = layer_activation_bytes(c, r, False)
+    moe_saved = layer_activation_bytes(c, r, True) if moe else 0
+    recomputes = c.checkpointing == Ckpt.FULL or c.checkpointing == Ckpt.SELECTIVE_OP
+    dense_whole, moe_whole = 0, 0
+    if recomputes or c.eval_micro_batch > 0:
+        scores = attention_scores_bytes_per_token(c, r)
+        dense_whole = full_layer_bytes(c, r, False, scores)
+        moe_whole = full_layer_bytes(c, r, True, scores) if moe else 0
+    recomputed = 0
+    if recomputes:  # one layer at a time, an MoE one where the model has them
+        whole, saved = (moe_whole, moe_saved) if moe else (dense_whole, dense_saved)
+        recomputed = whole if c.checkpointing == Ckpt.FULL else max(0, whole - saved)
+    return LayerBytes(dense_saved, moe_saved, dense_whole, moe_whole, recomputed)
 
 
 @formula
@@ -85,7 +126,7 @@ def checkpointed_layers(c, layers):
 
 
 @formula
-def pinned_segment_bytes(c, r, rank):
+def pinned_segment_bytes(c, r, layer, rank):
     """What the caching allocator reserves beyond the checkpointed inputs of rank `rank`'s dense layers, under full
     recomputation. Each checkpointed layer's forward makes its FFN intermediate (d_ff per token, its largest
     transient) in segments of that size, and the layer's output, the next one's checkpointed input kept until
@@ -104,7 +145,7 @@ def pinned_segment_bytes(c, r, rank):
         return 0
     layers = evaluated_layers(c, r, rank)
     kept = checkpointed_layers(c, layers - min(layers, n_moe_layers(c)))
-    inputs = layer_activation_bytes(c, r, False)
+    inputs = layer.dense_saved
     intermediate = ceil_div(local_tokens(c) * c.d_ff * compute_bytes(c), c.tp)
     if kept == 0 or inputs == 0 or intermediate < 2 * inputs:
         return 0
@@ -112,14 +153,14 @@ def pinned_segment_bytes(c, r, rank):
 
 
 @formula
-def layers_activation_bytes(c, r, dense, moe):
+def layers_activation_bytes(c, layer, dense, moe):
     """What `dense` dense and `moe` MoE layers keep on the device for one micro-batch: what they save, or none
     of it under activation_offload (torchtune OffloadActivations copies every saved tensor of the decoder to
     host RAM at pack time; data/measured/RECIPES.md: device saved 2.27 -> 2.02 GiB with full checkpointing,
     4.84 -> 0.52 GiB without)."""
     if c.activation_offload:
         return dense * quant_kept_layer_bytes(c)
-    return layers_saved_bytes(c, r, dense, moe)
+    return layers_saved_bytes(c, layer, dense, moe)
 
 
 @formula
@@ -135,24 +176,18 @@ def quant_kept_layer_bytes(c):
 
 
 @formula
-def layers_saved_bytes(c, r, dense, moe):
+def layers_saved_bytes(c, layer, dense, moe):
     """What `dense` dense and `moe` MoE layers save for backward for one micro-batch; under full recomputation
     the layers left unchecked keep everything, their scores included."""
-    total = 0
-    for moe_layer, count in ((False, dense), (True, moe)):
-        if count <= 0:
-            continue
-        if c.checkpointing == Ckpt.FULL:
-            kept = checkpointed_layers(c, count)
-            total += kept * layer_activation_bytes(c, r, moe_layer)
-            total += (count - kept) * full_layer_bytes(c, r, moe_layer, attention_scores_bytes_per_token(c, r))
-        else:  # no layer checkpointed: each keeps what one keeps
-            total += count * layer_activation_bytes(c, r, moe_layer)
-    return total
+    if c.checkpointing != Ckpt.FULL:  # no layer checkpointed: each keeps what one keeps
+        return dense * layer.dense_saved + moe * layer.moe_saved
+    dense_kept, moe_kept = checkpointed_layers(c, dense), checkpointed_layers(c, moe)
+    return (dense_kept * layer.dense_saved + (dense - dense_kept) * layer.dense_whole
+            + moe_kept * layer.moe_saved + (moe - moe_kept) * layer.moe_whole)
 
 
 @formula
-def offloaded_activation_bytes(c, r):
+def offloaded_activation_bytes(c, r, layer):
     """Host RAM activation_offload fills in one step on the first stage (torchtune OffloadActivations): one host
     copy per pack of every tensor of at least 1 KiB the decoder saves that is not a parameter. That is the
     checkpoint input of a checkpointed layer; all that another layer saves, its repeated packs
@@ -165,18 +200,18 @@ def offloaded_activation_bytes(c, r):
     moe_layers = min(lps, n_moe_layers(c))
     unchecked = lps - checkpointed_layers(c, lps)
     packs = local_tokens(c) * pack_duplicate_bytes_per_token(c) + compute_bytes(c) * r.block_params
-    per_microbatch = layers_saved_bytes(c, r, lps - moe_layers, moe_layers) + unchecked * packs
+    per_microbatch = layers_saved_bytes(c, layer, lps - moe_layers, moe_layers) + unchecked * packs
     num, den = in_flight(c, 0)
     final_norm = norm_bytes_per_token(c) + norm_pack_duplicate_bytes_per_token(c) if c.pp == 1 else 0
     return ceil_div(per_microbatch * num, den) + local_tokens(c) * final_norm
 
 
 @formula
-def rank_microbatch_activation_bytes(c, r, rank):
+def rank_microbatch_activation_bytes(c, r, layer, rank):
     """What the transformer layers of pipeline rank `rank` keep for one micro-batch."""
     layers = evaluated_layers(c, r, rank)
     moe_layers = min(layers, n_moe_layers(c))
-    return layers_activation_bytes(c, r, layers - moe_layers, moe_layers)
+    return layers_activation_bytes(c, layer, layers - moe_layers, moe_layers)
 
 
 @formula
@@ -188,16 +223,16 @@ def in_flight_bytes(c, rank, per_microbatch, fewer):
 
 
 @formula
-def rank_layer_activation_bytes(c, r, rank, fewer):
+def rank_layer_activation_bytes(c, r, layer, rank, fewer):
     """All transformer layers' activations alive on pipeline rank `rank` at its peak: its layers times the
     micro-batches it keeps in flight, less `fewer` of them."""
-    return in_flight_bytes(c, rank, rank_microbatch_activation_bytes(c, r, rank), fewer)
+    return in_flight_bytes(c, rank, rank_microbatch_activation_bytes(c, r, layer, rank), fewer)
 
 
 @formula
 def stage_layer_activation_bytes(c, r):
     """All transformer layers' activations alive on the first stage at the end of the forward pass."""
-    return rank_layer_activation_bytes(c, r, 0, 0)
+    return rank_layer_activation_bytes(c, r, layer_bytes(c, r), 0, 0)
 
 
 @formula
@@ -229,7 +264,7 @@ def stage_activation_bytes(c, r, rank, fewer):
     micro-batch's under 1F1B, every one's in flight under GPipe)."""
     if not has_dims(c):
         return 0
-    return stage_activations_from(c, r, rank, fewer, rank_microbatch_activation_bytes(c, r, rank))
+    return stage_activations_from(c, r, rank, fewer, rank_microbatch_activation_bytes(c, r, layer_bytes(c, r), rank))
 
 
 @formula
@@ -260,19 +295,6 @@ def edge_activation_bytes(c, r, rank, fewer):
 def activation_bytes(c, r):
     """Everything saved for backward on the first stage at the end of forward (with the head when p = 1)."""
     return stage_activation_bytes(c, r, 0, 0)
-
-
-@formula
-def recompute_bytes(c, r):
-    """Recomputation in backward rebuilds one layer at a time: all of it with full recomputation (scores
-    included), what the op policy did not keep with selective_op."""
-    if not has_dims(c) or (c.checkpointing != Ckpt.FULL and c.checkpointing != Ckpt.SELECTIVE_OP):
-        return 0
-    moe = n_moe_layers(c) > 0
-    full = full_layer_bytes(c, r, moe, attention_scores_bytes_per_token(c, r))
-    if c.checkpointing == Ckpt.SELECTIVE_OP:
-        return max(0, full - selective_op_layer_bytes(c, r, moe))
-    return full
 
 
 @formula

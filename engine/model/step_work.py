@@ -25,7 +25,6 @@ from engine.model.microbatch_work import (
     stage_layers,
 )
 from engine.model.params import has_dims
-from engine.model.stage import layer_activation_bytes
 from engine.model.states import (
     compute_bytes,
     grad_bytes_per_param,
@@ -87,17 +86,14 @@ def pipeline_bubble(c):
 
 
 @formula
-def host_link_bytes(c, r, dense, moe):
+def host_link_bytes(c, r, layer, dense, moe):
     """Bytes one micro-batch moves over the host link beside the compute: ZeRO-Infinity's offloaded weights,
     fetched for forward and again for backward; offloaded activations, down in forward and up in backward."""
     nbytes = 0.0
     if offloads_weights(c):
         nbytes += 2.0 * compute_bytes(c) * sharded(c, r.params, 3, False)
     if c.activation_offload:
-        saved = dense * layer_activation_bytes(c, r, False)
-        if moe > 0:
-            saved += moe * layer_activation_bytes(c, r, True)
-        nbytes += 2.0 * saved
+        nbytes += 2.0 * (dense * layer.dense_saved + moe * layer.moe_saved)
     return nbytes
 
 
@@ -123,8 +119,9 @@ def hbm_bytes(c, r, m, dense, moe):
 
 
 @formula
-def step_work(c, r):
-    """Per GPU per optimizer step: FLOPs and bytes of the most loaded stage's micro-batches, and collectives."""
+def step_work(c, r, layer):
+    """Per GPU per optimizer step: FLOPs and bytes of the most loaded stage's micro-batches, and collectives
+    (`layer`: one layer's activation bytes, stage.layer_bytes)."""
     if not has_dims(c):
         return NO_WORK
     m, n = local_tokens_float(c), float(c.grad_accum)  # tokens per micro-batch, micro-batches per step
@@ -139,4 +136,4 @@ def step_work(c, r):
                 OPTIMIZER_PASSES * states if trains(c) else 0.0, 1.0 + pipeline_bubble(c),
                 n * tp_bytes(c, m, dense + moe), n * cp_bytes(c, m, dense + moe), n * ep_bytes(c, m, moe),
                 n * pp_bytes(c, m), dp, window,
-                n * host_link_bytes(c, r, dense, moe) / HOST_LINK_BYTES_PER_S, offload_seconds(c, r))
+                n * host_link_bytes(c, r, layer, dense, moe) / HOST_LINK_BYTES_PER_S, offload_seconds(c, r))
