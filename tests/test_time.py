@@ -6,11 +6,12 @@ import math
 
 import pytest
 
+from engine.ask.plan_space import precisions
 from engine.checks.throughput import calibration, comparison
 from engine.checks.throughput.rows import case_of, derivations, prepared, throughput_rows
 from engine.model.collectives import BUS_EFFICIENCY, PCIE_HOST_GPUS, group_bytes_per_s, nvlink_domain
 from engine.model.flops import attention_core_flops_per_token, matmul_passes, model_flops_per_token
-from engine.model.gpu_rates import Rates
+from engine.model.gpu_rates import BF16_EMULATED_SHARE, Rates, gpu_rates
 from engine.model.params import param_count
 from engine.model.step_work import Work, pipeline_bubble
 from engine.model.time import device_times, overlapped
@@ -167,6 +168,24 @@ def tokens_per_gpu_s(**overrides) -> float:
 ])
 def test_faster_settings_are_faster(slower, faster):
     assert tokens_per_gpu_s(**slower) < tokens_per_gpu_s(**faster)
+
+
+def test_bf16_runs_emulated_where_the_tensor_cores_multiply_fp16_only():
+    # V100 (Volta): bf16's matmuls and attention at BF16_EMULATED_SHARE of the fp16 rate; an A100 runs both alike
+    volta, ampere = dict(gpu="v100-sxm2-32gb", model="llama-3.2-1b"), dict(gpu="a100-sxm-80gb", model="llama-3.2-1b")
+    for precision in ("amp_bf16", "bf16"):
+        emulated, native = gpu_rates(config(**volta, precision=precision), None), gpu_rates(
+            config(**volta, precision=precision.replace("bf16", "fp16")), None)
+        assert emulated.s_per_matmul_flop * BF16_EMULATED_SHARE == pytest.approx(native.s_per_matmul_flop)
+        assert emulated.s_per_attention_flop * BF16_EMULATED_SHARE == pytest.approx(native.s_per_attention_flop)
+    bf16, fp16 = (gpu_rates(config(**ampere, precision=p), None) for p in ("amp_bf16", "amp_fp16"))
+    assert bf16 == fp16
+    assert tokens_per_gpu_s(gpu="v100-sxm2-32gb") < tokens_per_gpu_s(gpu="v100-sxm2-32gb", precision="amp_fp16")
+
+
+def test_the_plan_offers_fp16_where_bf16_runs_emulated():
+    assert precisions(config(gpu="v100-sxm2-32gb", precision="amp_bf16")) == ["amp_bf16", "bf16", "amp_fp16", "fp16"]
+    assert precisions(config(gpu="a100-sxm-80gb", precision="amp_bf16")) == ["amp_bf16", "bf16"]
 
 
 def test_a_faster_network_is_faster_where_the_collectives_are_exposed():

@@ -103,11 +103,14 @@ def batches(per_replica: int) -> list[tuple[int, int]]:
 
 
 def precisions(rec) -> list[str]:
-    """The user's precision and the others of its 16-bit family; fp8 where the GPU has fp8 tensor cores."""
+    """The user's precision and the others of its 16-bit family; fp8 where the GPU has fp8 tensor cores; fp16
+    beside bf16 where the tensor cores cannot multiply bf16 (Volta, Turing: bf16 runs emulated there)."""
     user = spell("precision", rec.precision)
     family = ["amp_fp16", "fp16"] if rec.precision in (Precision.AMP_FP16, Precision.FP16) else ["amp_bf16", "bf16"]
     if rec.fp8_tensor_cores and family[0] == "amp_bf16":
         family.append("fp8")
+    if not rec.bf16_tensor_cores and family[0] == "amp_bf16":
+        family += ["amp_fp16", "fp16"]
     return list(dict.fromkeys([user, *family]))
 
 

@@ -10,7 +10,7 @@ from engine.inputs.vocabulary import INPUT_FIELDS, is_choice, names, spell
 
 DERIVED_DEFAULTS = {"n_gpus", "dp", "n_kv_heads", "head_dim", "n_params"}
 # Inputs whose default is the catalog GPU's own value, which no single default spells
-CATALOG_DEFAULTS = {"fp8_tensor_cores": "by the GPU's architecture"}
+CATALOG_DEFAULTS = {"fp8_tensor_cores": "by the GPU's architecture", "bf16_tensor_cores": "by the GPU's architecture"}
 # decimal units as vendors print them (an "80GB" card), binary ones as nvidia-smi and memsim do (GiB = 2^30)
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

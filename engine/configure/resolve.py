@@ -95,6 +95,7 @@ def gpu_attributes(entry: dict) -> dict:
         "fp8_matmul_tflops_achievable": float(entry.get("fp8_matmul_tflops_achievable") or 0.0),
         "nvlink_domain_gpus": int(entry.get("nvlink_domain_gpus") or 0),
         "fp8_tensor_cores": architectures()[entry["arch"]]["fp8_tensor_cores"],
+        "bf16_tensor_cores": architectures()[entry["arch"]]["bf16_tensor_cores"],
     }
 
 

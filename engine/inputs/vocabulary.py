@@ -118,6 +118,7 @@ GPU_FIELDS = [
     Field("fp8_matmul_tflops_achievable", "float", 0.0, "measured achievable fp8 matmul TFLOP/s (0: the bf16 one x fp8/bf16 peak)", low=0.0, high=1e6),
     Field("nvlink_domain_gpus", "int", 0, "GPUs that reach each other over the intra-node link (0 = gpus_per_node; an NVL72 rack: 72)", low=0, high=2**20),
     Field("fp8_tensor_cores", "bool", False, "the GPU's tensor cores multiply in FP8, which precision = fp8 needs (by architecture, data/architectures.toml)"),
+    Field("bf16_tensor_cores", "bool", True, "the GPU's tensor cores multiply in BF16; without them (Volta, Turing) bf16 and amp_bf16 matmuls run emulated, about a tenth as fast (by architecture, data/architectures.toml)"),
 ]
 GPU_ATTRIBUTES = [f.name for f in GPU_FIELDS]
 

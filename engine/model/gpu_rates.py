@@ -26,6 +26,10 @@ FP32_SHARE = 1.0 / 16.0
 # Where a catalog entry has no measured matmul rate: the median MAMF / dense peak of those that have one
 # (data/gpus.toml: 0.73-0.87 on NVIDIA parts).
 ACHIEVABLE_SHARE = 0.80
+# BF16 on tensor cores that multiply FP16 only (Volta, Turing: data/architectures.toml bf16_tensor_cores), emulated
+# by cuBLAS: 9.6 TFLOP/s on a V100 at m = 2048 where fp16 reached 95-100 in the same run (lablup/mlxcel issue #1654,
+# 2026-08-31), so 9.6 / 97.5 of the 16-bit rate. One measurement, on Volta; Turing is taken to emulate alike.
+BF16_EMULATED_SHARE = 9.6 / 97.5
 
 
 class Rates(NamedTuple):
@@ -52,17 +56,32 @@ def bf16_matmul_flops_per_s(c):
 
 
 @formula
+def bf16_emulated(c):
+    """bf16 or amp_bf16 on a GPU whose tensor cores cannot multiply BF16: its matmuls run emulated."""
+    return (c.precision == Precision.BF16 or c.precision == Precision.AMP_BF16) and not c.bf16_tensor_cores
+
+
+@formula
+def sixteen_bit_flops_per_s(c):
+    """Achievable 16-bit matmul FLOP/s in the step's 16-bit dtype: the tensor cores' rate, or BF16_EMULATED_SHARE
+    of it where they cannot multiply BF16."""
+    rate = bf16_matmul_flops_per_s(c)
+    return BF16_EMULATED_SHARE * rate if bf16_emulated(c) else rate
+
+
+@formula
 def matmul_flops_per_s(c):
     """Achievable matmul FLOP/s in the precision the matmuls run in: fp8 at its own MAMF (else the bf16 one
     scaled by the peaks; where the catalog has no fp8 peak for a GPU with FP8 tensor cores, the GeForce parts, the
-    16-bit rate, a floor; a GPU without them cannot run fp8: validity.gpu_reason), fp32 on the CUDA cores."""
+    16-bit rate, a floor; a GPU without them cannot run fp8: validity.gpu_reason), fp32 on the CUDA cores, bf16
+    emulated where the tensor cores cannot multiply it."""
     if c.precision == Precision.FP8 and c.fp8_tflops > 0:
         if c.fp8_matmul_tflops_achievable > 0:
             return c.fp8_matmul_tflops_achievable * 1e12
         return bf16_matmul_flops_per_s(c) * c.fp8_tflops / c.bf16_tflops if c.bf16_tflops > 0 else 0.0
     if c.precision == Precision.FP32:
         return FP32_SHARE * c.bf16_tflops * 1e12
-    return bf16_matmul_flops_per_s(c)
+    return sixteen_bit_flops_per_s(c)
 
 
 @formula
@@ -76,7 +95,7 @@ def gpu_rates(c, r):
     """This GPU type's rates for a layout (TP innermost, then CP, DP, PP outermost)."""
     usd = c.usd_per_hour / 3600.0 if c.usd_per_hour > 0 else np.nan
     attention = ATTENTION_EFFICIENCY * (FP32_SHARE * c.bf16_tflops * 1e12 if c.precision == Precision.FP32
-                                        else bf16_matmul_flops_per_s(c))
+                                        else sixteen_bit_flops_per_s(c))
     return Rates(per_unit(MATMUL_EFFICIENCY * matmul_flops_per_s(c)), per_unit(attention),
                  per_unit(c.bandwidth_bytes_per_s), per_unit(c.bf16_tflops * 1e12),
                  per_unit(group_bytes_per_s(c, 1, c.tp)), per_unit(group_bytes_per_s(c, c.tp, c.cp)),
