@@ -29,6 +29,7 @@ CHOICES = dict(
     loss_impl=["standard", "chunked", "fused_linear"],
     zero_grad=["none", "zeros"],
     grad_sync=["every", "last"],
+    save_state_dict=["sharded", "full"],
     fsdp_groups=["root", "split"],
     allocator=["caching", "expandable"],
     lora_dtype=["fp32", "compute"],

@@ -12,6 +12,7 @@ from engine.inputs.codes import (
     Optimizer,
     OptimizerImpl,
     Precision,
+    SaveStateDict,
 )
 
 
@@ -66,6 +67,9 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
                     {"framework": "fsdp"}))
     if rec.grad_sync == GradSync.LAST and rec.grad_accum > 1:
         out.append(("sync the gradients every micro-batch (accelerate's sync_each_batch=True)", {"grad_sync": "every"}))
+    if rec.save_state_dict == SaveStateDict.FULL:
+        out.append(("save sharded checkpoints (torch.distributed.checkpoint; accelerate's SHARDED_STATE_DICT)",
+                    {"save_state_dict": "sharded"}))
     if rec.optimizer_impl != OptimizerImpl.FUSED:
         out.append(("the fused optimizer step (torch.optim fused=True)", {"optimizer_impl": "fused"}))
     if not rec.optimizer_in_backward and rec.grad_accum == 1:  # each parameter steps as its gradient is made:

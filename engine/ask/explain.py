@@ -81,6 +81,9 @@ SLACK_SOURCES = {
     "step's reserve above the load's": "the step's own reserve where it exceeds the load's, the load's peak being "
                                        "the larger allocation: the run's reserve is the larger of the two "
                                        "(levels.step_terms, load.py)",
+    "step's reserve above the save's": "the step's own reserve where it exceeds the save's, the save's peak being "
+                                       "the larger allocation: the run's reserve is the larger of the two "
+                                       "(levels.step_terms, save.py)",
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
@@ -94,6 +97,8 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     slack = result["reserved_peak_bytes"] - result["allocated_peak_bytes"]
     if result["peak_phase"] == Phase.LOAD:
         return [("step's reserve above the load's", slack)] if slack > 0 else []
+    if result["peak_phase"] == Phase.SAVE:
+        return [("step's reserve above the save's", slack)] if slack > 0 else []
     rec = result["record"]
     r = rank_terms(rec)
     streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
@@ -204,7 +209,7 @@ def render(result: dict) -> str:
     lines.append(f"{'component':<30}{'GiB':>9}{'share':>8}")
     for label, size in result["breakdown_bytes"].items():
         lines.append(f"{label:<30}{size / GIB:>9.2f}{100 * size / peak:>7.1f}%")
-        named = len(result["temporaries"]) > 1 or result["peak_phase"] == "load"  # what they are (temporaries.py)
+        named = len(result["temporaries"]) > 1 or result["peak_phase"] in ("load", "save")  # what (temporaries.py)
         if label == "temporaries" and named:
             lines += [f"{'  ' + t['part']:<30}{t['bytes'] / GIB:>9.2f}" for t in result["temporaries"]]
         causes = [t["part"] for t in result["allocator_slack"]]

@@ -19,6 +19,7 @@ from engine.model.peak import (
     embedding_grad_temp_bytes,
     forward_cast_bytes,
     grads_live_in_forward,
+    save_peak,
     saved_cast_bytes,
     stage_peak,
     stage_share,
@@ -57,6 +58,9 @@ SOURCES = {
                        "hidden states for eval_micro_batch samples (evaluation.py eval_loss_bytes)",
     "evaluation layer": "one layer's forward during evaluation, bounded by what it keeps for backward in training "
                         "(evaluation.py eval_layer_bytes)",
+    "tensor gathered to save": "the largest parameter or optimizer state, gathered whole on every "
+                                                "rank on its way to rank 0's host memory (save_state_dict = full: "
+                                                "save.py)",
     "unpartitioned weights at load": "the rest of the whole quantized base each GPU holds as the checkpoint loads, "
                                      "until ZeRO-3 partitions it (load.py)",
     "temporaries": "peak.py stage_peak (not itemized: tests/test_temporaries.py says where this happens)",
@@ -158,8 +162,11 @@ def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     for p, k in peaks[1:]:
         if p.allocated_bytes > best.allocated_bytes:
             best, rank = p, k
-    if r.load_bytes > best.allocated_bytes:  # levels.step_terms: the load's peak is the run's
+    save = save_peak(c, r).allocated_bytes if r.save_bytes > 0 else 0
+    if r.load_bytes > max(best.allocated_bytes, save):  # levels.step_terms: the load's peak is the run's
         return [("unpartitioned weights at load", int(r.load_bytes - r.columns.weight_bytes))]
+    if save > best.allocated_bytes:  # ... or the save's
+        return [("tensor gathered to save", int(r.save_bytes))]
     for phase, parts in candidates(c, r, rank):
         merged = {}
         for name, size in parts:

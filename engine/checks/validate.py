@@ -41,7 +41,7 @@ def memsim_quantity(result: dict, compare: str, record) -> int:
     if compare == "model_states":
         return result["weight_bytes"] + result["grad_bytes"] + result["optimizer_bytes"]
     if compare == "activations":
-        at_forward = result["peak_phase"] in (Phase.OPTIMIZER, Phase.LOAD)  # peaks that hold no activation
+        at_forward = result["peak_phase"] in (Phase.OPTIMIZER, Phase.LOAD, Phase.SAVE)  # peaks that hold no activation
         return activation_at_forward(record) if at_forward else result["activation_bytes"]
     if compare == "transformer_activations":  # Korthikanti's Table 2 x layers x schedule, no embedding terms
         return int(stage_layer_activation_bytes(record, rank_terms(record)))

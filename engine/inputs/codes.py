@@ -66,6 +66,11 @@ class GradSync(IntEnum):
     LAST = 1  # only the last micro-batch's: no_sync / set_requires_gradient_sync(False) before (HF accelerate)
 
 
+class SaveStateDict(IntEnum):
+    SHARDED = 0  # each rank writes its own shards (torch.distributed.checkpoint, DeepSpeed's save_checkpoint)
+    FULL = 1  # the whole model's state dict, gathered tensor by tensor to rank 0's host memory (engine/model/save.py)
+
+
 class ZeroGrad(IntEnum):
     NONE = 0  # set_to_none=True: gradients freed after each step
     ZEROS = 1  # set_to_none=False: kept allocated between steps
@@ -137,6 +142,7 @@ class Phase(IntEnum):
     OPTIMIZER = 2
     EVAL = 3  # an evaluation forward between optimizer steps (eval_micro_batch)
     LOAD = 4  # the checkpoint loaded, before the first step (engine/model/load.py)
+    SAVE = 5  # a checkpoint saved between steps (engine/model/save.py)
 
 
 class Component(IntEnum):
@@ -209,6 +215,7 @@ CHOICES = {
     "loss_impl": LossImpl,
     "zero_grad": ZeroGrad,
     "grad_sync": GradSync,
+    "save_state_dict": SaveStateDict,
     "fsdp_groups": FsdpGroups,
     "ffn_type": FFN,
     "act_fn": ActFn,

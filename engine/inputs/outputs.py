@@ -60,7 +60,7 @@ OUTPUT_COLUMNS = [
            "engine/model/overhead.py, nccl.py; data/golden/OVERHEADS.md", nullable=False),
     Output("device_peak_bytes", "device", "int64", "bytes", "reserved + overhead: what nvidia-smi shows at the peak",
            "nvidia-smi memory.used", compact=True),
-    Output("peak_phase", "step", "category", "", "the phase that holds the peak: forward, backward or optimizer of the step, eval (an evaluation forward between steps, eval_micro_batch), or load (the checkpoint loaded before the first step: a quantized base built whole before ZeRO-3 partitions it)", PEAK, compact=True),
+    Output("peak_phase", "step", "category", "", "the phase that holds the peak: forward, backward or optimizer of the step, eval (an evaluation forward between steps, eval_micro_batch), load (the checkpoint loaded before the first step: a quantized base built whole before ZeRO-3 partitions it), or save (a checkpoint saved between steps: the largest tensor a full state dict gathers, save_state_dict = full)", PEAK, compact=True),
     Output("capacity_bytes", "gpu", "int64", "bytes", "the GPU's memory", "data/gpus.toml hbm_bytes",
            nullable=False, compact=True),
     Output("fits", "device", "bool", "", "device_peak_bytes <= usable_bytes, and the offload's host RAM is there",

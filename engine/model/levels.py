@@ -42,7 +42,8 @@ from engine.model.load import load_bytes
 from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import n_moe_layers
-from engine.model.peak import Peak, most_loaded, pageable_bytes, stage_peaks, stage_share
+from engine.model.peak import Peak, most_loaded, pageable_bytes, save_peak, stage_peaks, stage_share
+from engine.model.save import save_gather_bytes
 from engine.model.selective_op import (
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
@@ -118,6 +119,7 @@ class Rank(NamedTuple):
     middle_layers: int
     last_layers: int
     load_bytes: int  # what the GPU holds when the checkpoint's load peaks, where more than the step's weights (load.py)
+    save_bytes: int  # the one tensor a checkpoint's save gathers beside the states (save.py)
 
 
 NO_RANK_TERMS = (0,) * (len(Rank._fields) - 2)  # a layout too large to count: every term after columns and reason
@@ -184,6 +186,7 @@ def rank_terms(c):
         middle_layers=middle_layers,
         last_layers=last_layers,
         load_bytes=load_bytes(c),
+        save_bytes=save_gather_bytes(c),
     )
 
 
@@ -266,6 +269,12 @@ def step_terms(c, r):
         step_last = training[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
+    if r.save_bytes > 0 and save_peak(c, r).allocated_bytes > p.allocated_bytes:
+        # the save holds more than any step; the reserve is the larger (save.py)
+        reserved = p.allocated_bytes + slack
+        p = save_peak(c, r)
+        grads = r.columns.grad_bytes if p.grads_live else 0
+        slack = max(0, reserved - p.allocated_bytes)
     if r.load_bytes > p.allocated_bytes:  # the load holds more than any step; the reserve is the larger (load.py)
         reserved = p.allocated_bytes + slack
         p, grads = load_peak(r), 0

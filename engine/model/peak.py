@@ -311,6 +311,14 @@ def eval_peak(c, r, layer, rank, last, saved, pinned):
 
 
 @formula
+def save_peak(c, r):
+    """A checkpoint saved between optimizer steps (save.py): the states, the gradients where they outlive the step,
+    and the one tensor the save gathers (r.save_bytes); no activation. A paged optimizer's states are read back."""
+    g = eval_grads_live(c)
+    return Peak(states_bytes(r, g) + r.save_bytes, Phase.SAVE.value, 0, r.save_bytes, g, 0, 0)
+
+
+@formula
 def stage_peaks(c, r, layer, with_eval):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
     p = 1)."""

@@ -1,0 +1,49 @@
+"""Saving a checkpoint between steps (engine/model/save.py): the one tensor a full save gathers, worked by hand, and
+the phase it peaks in where the step holds less."""
+
+import pytest
+
+from engine.ask.explain import explain
+from engine.inputs.codes import Phase
+from engine.model.levels import rank_terms
+from engine.model.save import save_gather_bytes
+from tests.support import config, outputs
+
+LLAMA_8B = dict(model="llama-3.1-8b", n_gpus=8, zero_stage=3, micro_batch=1, seq_len=2048)  # V = 128,256, h = 4,096
+V_H, H_F = 128_256 * 4_096, 4_096 * 14_336
+
+
+@pytest.mark.parametrize("overrides, want", [
+    (dict(framework="fsdp"), 4 * V_H),  # FSDP2 under amp: the fp32 embedding (and its fp32 moments), whole
+    (dict(framework="fsdp", precision="bf16"), 2 * V_H),  # pure bf16: parameters and moments in 16 bits
+    (dict(framework="fsdp", lora_rank=8), 2 * V_H),  # a frozen base in the compute dtype; the adapters' moments tiny
+    (dict(framework="fsdp", lora_rank=8, base_quant="nf4", model="llama-2-70b"),  # V = 32,000, h = 8,192, f = 28,672
+     2 * 8_192 * 28_672 + 8_192 * 28_672 // 2 + 8_192 * 28_672 // 64 + 4 * (8_192 * 28_672 // (64 * 256))),
+    (dict(framework="deepspeed"), 2 * V_H),  # ZeRO-3: one module's own parameters in 16 bits, the embedding
+    (dict(framework="deepspeed", zero_stage=2), 0),  # ZeRO-2 keeps every 16-bit weight whole: nothing to gather
+    (dict(framework="megatron", zero_stage=1), 0),  # Megatron writes per rank
+    (dict(n_gpus=1, zero_stage=0, lora_rank=8, base_quant="nf4"), 2 * H_F),  # one GPU: one weight dequantized
+    (dict(n_gpus=1, zero_stage=0), 0),  # whole already: torch.save copies each storage to the host
+])
+def test_a_full_save_gathers_one_tensor_at_a_time(overrides, want):
+    c = config(**(LLAMA_8B | overrides | dict(save_state_dict="full")))
+    assert save_gather_bytes(c) == want
+    assert save_gather_bytes(config(**(LLAMA_8B | overrides))) == 0  # sharded, the default: nothing gathered
+
+
+def test_the_save_is_the_peak_where_tensor_parallel_shrinks_the_step_but_not_the_gathered_tensor():
+    # Qwen3 14B LoRA over 64 GPUs with TP 8 at 128 tokens: each rank's step holds a few hundred MiB, the full state
+    # dict the whole 151,936 x 5,120 embedding in bf16 (1.45 GiB)
+    case = dict(model="qwen3-14b", framework="fsdp", zero_stage=3, n_gpus=64, tp=8, seq_len=128, micro_batch=1,
+                checkpointing="full", lora_rank=16)
+    full, sharded = (outputs(config(**case, save_state_dict=s)) for s in ("full", "sharded"))
+    assert full["peak_phase"] == Phase.SAVE and sharded["peak_phase"] != Phase.SAVE
+    c = config(**case, save_state_dict="full")
+    r = rank_terms(c)
+    assert r.save_bytes == 2 * 151_936 * 5_120
+    assert full["allocated_peak_bytes"] == r.columns.weight_bytes + r.columns.optimizer_bytes + r.save_bytes
+    assert full["reserved_peak_bytes"] >= max(full["allocated_peak_bytes"], sharded["reserved_peak_bytes"])
+    result = explain({**case, "save_state_dict": "full", "capacity_bytes": 4 * 2**30})  # a 4 GiB card: it does not fit
+    assert [t["part"] for t in result["temporaries"]] == ["tensor gathered to save"] and not result["fits"]
+    sharded_save = [s for s in result["suggestions"] if s["set"] == {"save_state_dict": "sharded"}]
+    assert sharded_save and sharded_save[0]["device_peak_bytes"] < result["outputs"]["device_peak_bytes"]
