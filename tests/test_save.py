@@ -7,6 +7,7 @@ from engine.ask.explain import explain
 from engine.inputs.codes import Phase
 from engine.model.levels import rank_terms
 from engine.model.save import save_gather_bytes
+from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 from tests.support import config, outputs
 
 LLAMA_8B = dict(model="llama-3.1-8b", n_gpus=8, zero_stage=3, micro_batch=1, seq_len=2048)  # V = 128,256, h = 4,096
@@ -47,3 +48,24 @@ def test_the_save_is_the_peak_where_tensor_parallel_shrinks_the_step_but_not_the
     assert [t["part"] for t in result["temporaries"]] == ["tensor gathered to save"] and not result["fits"]
     sharded_save = [s for s in result["suggestions"] if s["set"] == {"save_state_dict": "sharded"}]
     assert sharded_save and sharded_save[0]["device_peak_bytes"] < result["outputs"]["device_peak_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("quiet_harness")
+def test_a_traced_full_save_adds_what_memsim_counts():
+    # Qwen2.5-0.5B's dims on 4 FSDP2 ranks: the save gathers 871 tensors one at a time; the fp32 embedding (tied to the
+    # head), 151,936 x 896 x 4 B, is the most it adds (engine/checks/measure/save_probe.py)
+    pytest.importorskip("torch")
+    from engine.checks.measure import save_probe
+    from engine.checks.measure.case import resolve
+    from engine.configure.resolve import resolve_cases
+    from engine.model.kernel import PlainRecord
+    from engine.model.peak import save_peak
+
+    case = save_probe.case_of(*save_probe.CASES[2])
+    seen = save_probe.traced_save(resolve(case))
+    inputs = {k: v for k, v in case.items() if k not in ("model", "rank", "fsdp_param_dtype", "fsdp_reduce_dtype")}
+    c = PlainRecord(resolve_cases([inputs])[0][0])
+    r = rank_terms(c)
+    assert seen["tensors"] == 871 and seen["extra"] == seen["largest"] == r.save_bytes == 151_936 * 896 * 4
+    assert save_peak(c, r).allocated_bytes == pytest.approx(seen["base"] + seen["extra"], rel=1e-4)

@@ -17,13 +17,19 @@ from engine.checks.measure.buffer_tags import tagging
 from engine.checks.measure.build import build_model, transformer_blocks
 from engine.checks.measure.cuda_semantics import cuda_semantics, unpacked_sequences
 from engine.checks.measure.distributed import RankLiveBytes, TrackedFakeMode, fake_world, local
-from engine.checks.measure.fsdp1_init import offloaded_shards, rank0_host_init, resharded_by_storage
 from engine.checks.measure.fake_tensor_patches import host_meshes, offload_copies, shadow_shapes, storage_resizes
+from engine.checks.measure.fsdp1_init import offloaded_shards, rank0_host_init, resharded_by_storage
 from engine.checks.measure.labels import ModuleLabels
 from engine.checks.measure.moe import moe_semantics
 from engine.checks.measure.parallel import with_harness, world_size
-from engine.checks.measure.parallel_apply import (apply_ddp, apply_fsdp, apply_fsdp1, apply_tp, hf_distribute,
-                                                  uses_autocast)
+from engine.checks.measure.parallel_apply import (
+    apply_ddp,
+    apply_fsdp,
+    apply_fsdp1,
+    apply_tp,
+    hf_distribute,
+    uses_autocast,
+)
 from engine.checks.measure.parallel_step import train_step
 from engine.checks.measure.single_gpu import MEASURED_STEP
 from engine.checks.measure.train import AMP_DTYPE, HALF_DTYPE, host_state_tensors, make_optimizer, state_tensors
@@ -90,8 +96,9 @@ def _distribute(model, c: dict, lb):
     return model, None  # one GPU (an MoE model)
 
 
-def run_rank(c: dict) -> Run:
-    """Two logged training steps of rank ``c['rank']`` of the layout ``c`` (a resolved case)."""
+def run_rank(c: dict, after=None) -> Run:
+    """Two logged training steps of rank ``c['rank']`` of the layout ``c`` (a resolved case); ``after(model, opt, lb)``,
+    when given, runs in the same simulated world once they are done (save_probe.py saves a checkpoint there)."""
     from engine.checks.measure import parallel_pipeline as pp
 
     c = with_harness(c)
@@ -149,6 +156,8 @@ def run_rank(c: dict) -> Run:
         rank_params = sum(local(p).numel() for p in params)
         if c["offload"] != "none":
             _on_host(lb, roles, params)
+        if after is not None:
+            after(call, opt, lb)
     return Run(lb, roles, n_params, rank_params)
 
 
