@@ -6,6 +6,7 @@ import pytest
 from engine.ask.explain import explain
 from engine.inputs.codes import Phase
 from engine.model.levels import rank_terms
+from engine.model.peak import save_peak
 from engine.model.save import save_gather_bytes
 from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 from tests.support import config, outputs
@@ -25,6 +26,12 @@ V_H, H_F = 128_256 * 4_096, 4_096 * 14_336
     (dict(framework="megatron", zero_stage=1), 0),  # Megatron writes per rank
     (dict(n_gpus=1, zero_stage=0, lora_rank=8, base_quant="nf4"), 2 * H_F),  # one GPU: one weight dequantized
     (dict(n_gpus=1, zero_stage=0), 0),  # whole already: torch.save copies each storage to the host
+    (dict(n_gpus=1, zero_stage=0, lora_rank=8, base_quant="int8"), 0),  # bitsandbytes' int8 weights saved as int8
+    (dict(n_gpus=2, zero_stage=0, tp=2, lora_rank=8, base_quant="nf4"), H_F),  # a TP rank's shard, dequantized
+    # Mixtral's experts are one 3D parameter per layer (transformers 5: gate_up_proj [8, 2 x 14,336, 4,096]), whole in
+    # fp32 under FSDP2; DeepSpeed gathers the experts module's two parameters together, in 16 bits
+    (dict(framework="fsdp", model="mixtral-8x7b"), 4 * 8 * 2 * 14_336 * 4_096),
+    (dict(framework="deepspeed", model="mixtral-8x7b"), 2 * 8 * 3 * 14_336 * 4_096),
 ])
 def test_a_full_save_gathers_one_tensor_at_a_time(overrides, want):
     c = config(**(LLAMA_8B | overrides | dict(save_state_dict="full")))
@@ -60,7 +67,6 @@ def test_a_traced_full_save_adds_what_memsim_counts():
     from engine.checks.measure.case import resolve
     from engine.configure.resolve import resolve_cases
     from engine.model.kernel import PlainRecord
-    from engine.model.peak import save_peak
 
     case = save_probe.case_of(*save_probe.CASES[2])
     seen = save_probe.traced_save(resolve(case))
@@ -69,3 +75,19 @@ def test_a_traced_full_save_adds_what_memsim_counts():
     r = rank_terms(c)
     assert seen["tensors"] == 871 and seen["extra"] == seen["largest"] == r.save_bytes == 151_936 * 896 * 4
     assert save_peak(c, r).allocated_bytes == pytest.approx(seen["base"] + seen["extra"], rel=1e-4)
+
+
+def test_what_outlives_the_step_stays_through_the_save_and_a_paged_optimizer_stays_paged_out():
+    # torchtune's full recipe (paged 8-bit AdamW in backward) under DeepSpeed ZeRO-3 on two 24 GB cards: the save
+    # gathers the experts module (0.58 GiB) beside what the step leaves, ZeRO-3's reduce bucket included; the paged
+    # states stay on the host, so the backward's peak is still the run's
+    case = dict(recipe="torchtune-full", model="qwen3-30b-a3b", framework="deepspeed", zero_stage=3, n_gpus=2,
+                seq_len=128, micro_batch=4, gpu="rtx-4090")
+    c = config(**case, save_state_dict="full")
+    r = rank_terms(c)
+    save = save_peak(c, r)
+    assert save.temp_bytes == r.save_bytes + r.bucket_bytes and r.bucket_bytes > 0
+    assert save.allocated_bytes == r.columns.weight_bytes + save.temp_bytes  # no gradient, no unpaged state
+    full, sharded = (outputs(config(**case, save_state_dict=s)) for s in ("full", "sharded"))
+    assert full["peak_phase"] == sharded["peak_phase"] == Phase.BACKWARD
+    assert full["device_peak_bytes"] == sharded["device_peak_bytes"]

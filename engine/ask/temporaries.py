@@ -19,6 +19,7 @@ from engine.model.peak import (
     embedding_grad_temp_bytes,
     forward_cast_bytes,
     grads_live_in_forward,
+    rank_save_peak,
     save_peak,
     saved_cast_bytes,
     stage_peak,
@@ -154,6 +155,23 @@ def candidates(c, r, rank):
     return found
 
 
+def save_parts(c, r, rank):
+    """A checkpoint's save between steps (peak.rank_save_peak)."""
+    return [("tensor gathered to save", r.save_bytes),
+            ("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
+            ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
+            ("held logits and graph",
+             held_logits_bytes(c, rank == c.pp - 1) + held_graph_bytes(c, rank_layers(c, rank)))]
+
+
+def named(parts) -> list[tuple[str, int]]:
+    """Parts with the same name added up, largest first, zeros left out."""
+    merged = {}
+    for name, size in parts:
+        merged[name] = merged.get(name, 0) + int(size)
+    return sorted(((n, b) for n, b in merged.items() if b > 0), key=lambda nb: -nb[1])
+
+
 def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
     layer, ranks = layer_bytes(c, r), dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))
@@ -166,11 +184,9 @@ def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     if r.load_bytes > max(best.allocated_bytes, save):  # levels.step_terms: the load's peak is the run's
         return [("unpartitioned weights at load", int(r.load_bytes - r.columns.weight_bytes))]
     if save > best.allocated_bytes:  # ... or the save's
-        return [("tensor gathered to save", int(r.save_bytes))]
+        rank = next(k for k in ranks if rank_save_peak(c, r, k).allocated_bytes == save)
+        return named(save_parts(c, r, rank))
     for phase, parts in candidates(c, r, rank):
-        merged = {}
-        for name, size in parts:
-            merged[name] = merged.get(name, 0) + int(size)
-        if phase.value == best.phase and sum(merged.values()) == best.temp_bytes:
-            return sorted(((n, b) for n, b in merged.items() if b > 0), key=lambda nb: -nb[1])
+        if phase.value == best.phase and sum(int(size) for _, size in parts) == best.temp_bytes:
+            return named(parts)
     return [("temporaries", int(best.temp_bytes))] if best.temp_bytes > 0 else []  # SOURCES["temporaries"]

@@ -36,7 +36,8 @@ LEVELS = {
 }
 
 STATES = "engine/model/states.py; ZeRO arXiv:1910.02054 sec. 5"
-PEAK = "engine/model/peak.py (forward, backward and optimizer phases), load.py (the checkpoint's load)"
+PEAK = ("engine/model/peak.py (forward, backward and optimizer phases), load.py (the checkpoint's load), save.py (a "
+        "checkpoint's save)")
 
 OUTPUT_COLUMNS = [
     Output("weight_bytes", "rank", "int64", "bytes", "weights resident on the GPU (after ZeRO-3 / FSDP sharding)",

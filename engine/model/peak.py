@@ -311,11 +311,30 @@ def eval_peak(c, r, layer, rank, last, saved, pinned):
 
 
 @formula
-def save_peak(c, r):
-    """A checkpoint saved between optimizer steps (save.py): the states, the gradients where they outlive the step,
-    and the one tensor the save gathers (r.save_bytes); no activation. A paged optimizer's states are read back."""
+def rank_save_peak(c, r, rank):
+    """A checkpoint saved between optimizer steps on pipeline rank `rank` (save.py): what outlives the step there, as
+    for an evaluation (the states less a paged optimizer's, which stay paged out as the save copies them to the host
+    one by one; the gradients where they outlive the step; DDP's and ZeRO-3's buckets, the receive buffers, the held
+    logits and graph), and the one tensor the save gathers (r.save_bytes); no activation."""
     g = eval_grads_live(c)
-    return Peak(states_bytes(r, g) + r.save_bytes, Phase.SAVE.value, 0, r.save_bytes, g, 0, 0)
+    live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
+    kept = stage_share(c, r, rank, buckets_bytes(c, r, False)) + recv_buffer_bytes(c, rank)
+    kept += held_logits_bytes(c, rank == c.pp - 1) + held_graph_bytes(c, evaluated_layers(c, r, rank))
+    t = kept + r.save_bytes
+    return Peak(live + t, Phase.SAVE.value, 0, t, g, 0, 0)
+
+
+@formula
+def save_peak(c, r):
+    """The save's peak on the most loaded of the first, middle and last pipeline ranks (one when p = 1)."""
+    first_rank, middle_rank, last_rank = stage_ranks(c)
+    best = rank_save_peak(c, r, first_rank)
+    if c.pp > 1:
+        for rank in (middle_rank, last_rank):
+            p = rank_save_peak(c, r, rank)
+            if p.allocated_bytes > best.allocated_bytes:
+                best = p
+    return best
 
 
 @formula

@@ -21,9 +21,14 @@ torchtitan b5bcd76:
                    quantized base is dequantized weight by weight (torchtune modules/common_utils.py
                    reparametrize_as_dtype_state_dict_post_hook: `v.to(dtype)`, then `.cpu()`), one 16-bit weight.
 
-The largest weight is the embedding (or an untied head), V x h, or one FFN projection, h x f (an expert's: transformers
-keeps each expert's linears as modules of their own). The save runs between optimizer steps, so the GPU holds the
-states, the gradients where they outlive the step (peak.eval_grads_live), and that one tensor (peak.save_peak).
+The largest weight is the embedding (or an untied head), V x h, one FFN projection, h x f, or an MoE layer's experts,
+which transformers 5 and torchtitan keep as 3D parameters of every expert at once (transformers 5.25
+modeling_mixtral.py MixtralExperts: gate_up_proj [E, 2f, h] and down_proj [E, h, f]; torchtitan GroupedExperts), so
+a full state dict gathers all E experts' gate and up projections as one tensor, and DeepSpeed's consolidation both
+of the experts module's parameters together. The save runs between optimizer steps, so the GPU holds what outlives
+the step (the states; the gradients where they do; DDP's and ZeRO-3's buckets, the pipeline's receive buffers and
+the held logits, as in an evaluation) and that one tensor (peak.save_peak). Every pipeline rank is taken to gather
+a V x h tensor, though only the first and last hold one (a small over-count on a middle rank).
 
 Its reserve: the tensor gets a block of a segment the step cached where one is free and large enough, else a new
 segment; a request that cannot be met makes the allocator free its cached segments and retry before it reports out of
@@ -37,7 +42,7 @@ every local shard at once (checkpointer/base.py _save_last_step: a dict comprehe
 """
 
 from engine.catalogs.conventions import OPTIMIZER_STATE_BITS, OPTIMIZER_STATES
-from engine.inputs.codes import Framework, SaveStateDict
+from engine.inputs.codes import FFN, Framework, Quant, SaveStateDict
 from engine.model.common import ceil_div, formula
 from engine.model.params import has_dims
 from engine.model.sharding import fsdp
@@ -59,8 +64,26 @@ def embedding_elements(c):
 
 @formula
 def linear_elements(c):
-    """The largest linear weight of a layer: an FFN projection, h x f (one expert's in an MoE layer)."""
-    return c.d_model * max(c.d_ff, c.moe_d_ff)
+    """The largest dense linear weight of a layer: an FFN projection, h x f."""
+    return c.d_model * c.d_ff
+
+
+@formula
+def experts_elements(c, both):
+    """An MoE layer's experts as one 3D parameter: gate and up projections of all E experts, E x n_in·f x h (and,
+    `both`, the down projection beside them: DeepSpeed gathers a module's own parameters together); 0 without
+    experts."""
+    if c.n_experts == 0:
+        return 0
+    n_in = 2 if c.ffn_type == FFN.SWIGLU else 1
+    return c.n_experts * c.moe_d_ff * c.d_model * (n_in + (1 if both else 0))
+
+
+@formula
+def largest_elements(c, both):
+    """The largest weight tensor (or, `both`, module) of the model: the embedding, a dense FFN projection, or an MoE
+    layer's experts."""
+    return max(embedding_elements(c), linear_elements(c), experts_elements(c, both))
 
 
 @formula
@@ -72,14 +95,15 @@ def element_bytes(c):
 
 @formula
 def gathered_weight_bytes(c):
-    """FSDP's largest weight, whole: the embedding, or one FFN projection (a quantized one packed beside its 16-bit
-    copy)."""
+    """FSDP's largest weight, whole: the embedding, a dense FFN projection (a quantized one packed beside its 16-bit
+    copy) or an MoE layer's experts (bitsandbytes quantizes nn.Linear modules only: 3D experts stay unquantized)."""
     linear = linear_elements(c)
     if quantized_base(c):
         linear_bytes = quantized_linear_bytes(c, linear) + compute_bytes(c) * linear
     else:
         linear_bytes = element_bytes(c) * linear
-    return max(embedding_elements(c) * element_bytes(c), linear_bytes)
+    unquantized = max(embedding_elements(c), experts_elements(c, False))
+    return max(unquantized * element_bytes(c), linear_bytes)
 
 
 @formula
@@ -91,7 +115,7 @@ def gathered_state_bytes(c):
     if c.lora_rank > 0:
         largest = c.lora_rank * max(c.d_model, c.d_ff, c.moe_d_ff)
     else:
-        largest = max(embedding_elements(c), linear_elements(c))
+        largest = largest_elements(c, False)
     bits = OPTIMIZER_STATE_BITS[c.optimizer]
     return ceil_div(largest * bits, 8) if bits != 0 else largest * state_bytes(c)
 
@@ -104,7 +128,9 @@ def save_gather_bytes(c):
     if fsdp(c):
         return max(gathered_weight_bytes(c), gathered_state_bytes(c))
     if c.framework == Framework.DEEPSPEED and c.zero_stage >= 3 and c.dp * c.cp > 1:  # one module's 16-bit params
-        return compute_bytes(c) * max(embedding_elements(c), linear_elements(c))
-    if quantized_base(c):  # whole on the GPU already; each quantized weight dequantized on its way to the host
-        return compute_bytes(c) * linear_elements(c)
+        return compute_bytes(c) * largest_elements(c, True)
+    if c.framework != Framework.MEGATRON and quantized_base(c) and c.base_quant != Quant.INT8:
+        # whole on the GPU already: each NF4 weight dequantized on its way to the host (torchtune's hook; bitsandbytes'
+        # int8 weights are saved as int8), a TP rank's own shard of it
+        return compute_bytes(c) * ceil_div(linear_elements(c), c.tp)
     return 0

@@ -1,6 +1,6 @@
 """A full checkpoint save traced on the CPU after two FSDP2 training steps, against memsim's save phase (save.py).
 
-    python -m engine.checks.measure.save_probe          # four layouts, a few minutes on two cores
+    python -m engine.checks.measure.save_probe          # four layouts, about a minute on two cores
 
 Each case runs two training steps of rank 0 of an FSDP2 layout in `memsim measure`'s simulated world
 (parallel_run.run_rank), then saves the model's and the optimizer's state dicts as torchtune's distributed recipes and
