@@ -1,6 +1,6 @@
 """A full checkpoint save traced on the CPU after two FSDP2 training steps, against memsim's save phase (save.py).
 
-    python -m engine.checks.measure.save_probe          # four layouts, about a minute on two cores
+    python -m engine.checks.measure.save_probe          # five layouts, about a minute on two cores
 
 Each case runs two training steps of rank 0 of an FSDP2 layout in `memsim measure`'s simulated world
 (parallel_run.run_rank), then saves the model's and the optimizer's state dicts as torchtune's distributed recipes and
@@ -19,12 +19,14 @@ from engine.errors import UserError
 
 MIB = 2**20
 MP = {"fsdp_param_dtype": "bfloat16", "fsdp_reduce_dtype": "float32"}
-# (model, precision, FSDP2 layout and harness fields): amp over fp32 parameters and pure bf16, untied and tied heads
+# (model, precision, FSDP2 layout and harness fields): amp over fp32 parameters and pure bf16, untied and tied heads,
+# an MoE model's experts
 CASES = [
     ("llama-400m-like", "amp_bf16", {"dp": 4, "framework": "fsdp", "zero_stage": 3, **MP}),
     ("llama-400m-like", "bf16", {"dp": 4, "framework": "fsdp", "zero_stage": 3}),
     ("qwen2.5-0.5b-like", "amp_bf16", {"dp": 4, "framework": "fsdp", "zero_stage": 3, **MP}),
     ("tinyllama-1.1b-like", "amp_bf16", {"dp": 8, "framework": "fsdp", "zero_stage": 3, **MP}),
+    ("mixtral-8x7b-2l", "amp_bf16", {"dp": 2, "framework": "fsdp", "zero_stage": 3, **MP}),  # experts as 3D params
 ]
 
 
