@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.errors import UserError
+from engine.checks.measure.probe_cli import print_reports
 
 WORLD = 4
 DIMS = {"n_layers": 4, "d_model": 512, "n_heads": 8, "n_kv_heads": 8, "d_ff": 1408, "vocab": 8192,
@@ -120,13 +120,7 @@ def main() -> int:
         print(f"memsim: error: the DeepSpeed probe needs deepspeed: pip install 'memsim[deepspeed]' ({err})",
               file=sys.stderr)
         return 2
-    try:
-        for stage, options in CASES:
-            print("\n".join(report(stage, options)), flush=True)
-    except UserError as err:
-        print(f"memsim: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return print_reports(lambda: ("\n".join(report(stage, options)) for stage, options in CASES))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 
+from engine.checks.measure.probe_cli import print_reports
 from engine.errors import UserError
 
 GIB = 2**30
@@ -64,8 +65,8 @@ def report(row: dict) -> str:
     the cache would outgrow it, the allocator frees its cached blocks and retries, as on the GPU."""
     from engine.ask.evaluate import evaluate_cases
     from engine.checks.hardware import compared_bytes
-    from engine.checks.measure.breakdown import ALLOCATOR_CONFIGS
     from engine.checks.measure.allocator_replay import log_events, replay_events, replay_log
+    from engine.checks.measure.breakdown import ALLOCATOR_CONFIGS
     from engine.checks.measure.buffer_tags import stream_of
     from engine.checks.measure.case import resolve
     from engine.checks.measure.parallel_run import run_rank
@@ -93,13 +94,7 @@ def report(row: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        for row in aai_rows(argv):
-            print(report(row), flush=True)
-    except UserError as err:
-        print(f"memsim: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return print_reports(lambda: map(report, aai_rows(argv)))
 
 
 if __name__ == "__main__":

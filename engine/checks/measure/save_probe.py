@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.errors import UserError
+from engine.checks.measure.probe_cli import print_reports
 
 MIB = 2**20
 MP = {"fsdp_param_dtype": "bfloat16", "fsdp_reduce_dtype": "float32"}
@@ -108,15 +108,8 @@ def report(model: str, precision: str, layout: dict) -> str:
             f"the save {whole / MIB:7.1f} MiB against {traced / MIB:7.1f} ({100 * (whole - traced) / traced:+.1f}%)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        for model, precision, layout in CASES:
-            print(report(model, precision, layout), flush=True)
-    except UserError as err:
-        print(f"memsim: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+def main() -> int:
+    return print_reports(lambda: (report(*case) for case in CASES))
 
 
 if __name__ == "__main__":
