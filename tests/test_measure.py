@@ -93,6 +93,7 @@ def test_committed_row_reproduces_exactly(case_id):
     ({"tp": 2}, "tp=2"), ({"zero_stage": 3}, "zero_stage"), ({"checkpointing": "selective"}, "selective"),
     ({"precision": "fp8"}, "fp8"), ({"base_quant": "nf4"}, "nf4"), ({"n_gpus": 8}, "n_gpus"),
     ({"norm_type": "rmsnorm"}, "norm_type"), ({"n_heads": 5}, "GPT-2"), ({"attention": "xformers"}, "attention"),
+    ({"lm_head": False}, "lm_head"),  # an encoder (BERT) would be measured as GPT-2 with a head
 ])
 def test_unsupported_option_is_one_line_user_error(override, word):
     assert_refused({**TINY_GPT2, **override}, word)

@@ -116,6 +116,9 @@ def _check(c: dict) -> None:
             raise UserError(f"{k}={c[k]!r} cannot be measured here (no code path runs it on this machine)")
     if not 0.0 <= c["dropout"] < 1.0:
         raise UserError(f"dropout must be in [0, 1), not {c['dropout']}")
+    if not c["lm_head"]:  # BertForSequenceClassification and other encoders would be measured as a causal LM
+        raise UserError("lm_head=false cannot be measured here: the harness builds Hugging Face causal LMs (GPT-2, "
+                        "Llama, Qwen2, the MoE families), each with its LM head")
     for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab", "seq_len", "micro_batch", "grad_accum"):
         if c[k] < 1:
             raise UserError(f"{k} must be at least 1, not {c[k]}")
