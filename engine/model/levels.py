@@ -269,11 +269,10 @@ def step_terms(c, r):
         step_last = training[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
-    if r.save_bytes > 0 and save_peak(c, r).allocated_bytes > p.allocated_bytes:
-        # the save holds more than any step; the reserve is the larger (save.py)
+    save = save_peak(c, r) if r.save_bytes > 0 else p  # a sharded save gathers nothing (save.py)
+    if save.allocated_bytes > p.allocated_bytes:  # the save holds more than any step; the reserve is the larger
         reserved = p.allocated_bytes + slack
-        p = save_peak(c, r)
-        grads = r.columns.grad_bytes if p.grads_live else 0
+        p, grads = save, r.columns.grad_bytes if save.grads_live else 0
         slack = max(0, reserved - p.allocated_bytes)
     if r.load_bytes > p.allocated_bytes:  # the load holds more than any step; the reserve is the larger (load.py)
         reserved = p.allocated_bytes + slack
