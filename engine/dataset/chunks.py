@@ -7,7 +7,7 @@ engine/dataset/columns.py turns that into Parquet columns without repeating a va
 dictionary index does.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numba
@@ -30,15 +30,15 @@ RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the column
 BUFFER_SETS = 3  # output buffer sets in turn: one the kernel fills, one whose table is built, one being written
 
 
-def run_slots(start: int, count: int, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """For rows start .. start+count-1 grouped in runs of `period` (aligned to multiples of it): each row's run
-    number (0 = the run holding `start`) and each run's number of rows in the chunk."""
+def run_lengths(start: int, count: int, period: int) -> np.ndarray:
+    """For rows start .. start+count-1 grouped in runs of `period` (aligned to multiples of it): each run's number
+    of rows in the chunk, the run holding `start` first."""
     first, last = start // period, (start + count - 1) // period
     lengths = np.full(last - first + 1, period, dtype=np.int64)
     lengths[0] = min(count, (first + 1) * period - start)
     if last > first:
         lengths[-1] = start + count - last * period
-    return np.repeat(np.arange(len(lengths), dtype=np.int32), lengths), lengths
+    return lengths
 
 
 @dataclass
@@ -53,34 +53,48 @@ class Chunk:
     times: np.ndarray  # (len(TIME_COLUMNS), count), float64
     rows_per_rank: int
     rows_per_step: int
+    kept: dict = field(default_factory=dict, repr=False)  # level -> (rows, their slots): see slots_of
 
     @cached_property
-    def rank_runs(self) -> tuple[np.ndarray, np.ndarray]:
-        return run_slots(self.start, self.count, self.rows_per_rank)
+    def rank_lengths(self) -> np.ndarray:
+        """Rows of the chunk per rank slot."""
+        return run_lengths(self.start, self.count, self.rows_per_rank)
 
     @cached_property
-    def step_runs(self) -> tuple[np.ndarray, np.ndarray]:
-        return run_slots(self.start, self.count, self.rows_per_step)
+    def step_lengths(self) -> np.ndarray:
+        """Rows of the chunk per step slot."""
+        return run_lengths(self.start, self.count, self.rows_per_step)
 
     @cached_property
     def combination(self) -> np.ndarray:
         """Each row's device combination (the digits of the device axes, as one number)."""
         return np.arange(self.start, self.start + self.count, dtype=np.int64) % self.rows_per_step
 
-    @cached_property
-    def gpu_slots(self) -> np.ndarray:
-        """Each row's column of `gpu`: its rank slot's table, at its device combination."""
-        return self.rank_runs[0] * self.rows_per_step + self.combination
+    def slots_of(self, level: str, rows: np.ndarray | None) -> np.ndarray:
+        """Each row's (or kept row's) slot of `level` ('rank', 'step' or 'gpu': its rank slot's table, at its device
+        combination), by arithmetic on the row index; worked out once per level for the rows a table keeps, which
+        every column of that level then gathers by."""
+        hit = self.kept.get(level)
+        if hit is not None and hit[0] is rows:
+            return hit[1]
+        index = np.arange(self.start, self.start + self.count, dtype=np.int64) if rows is None else self.start + rows
+        if level == "step":
+            slots = index // self.rows_per_step - self.start // self.rows_per_step
+        else:
+            slots = index // self.rows_per_rank - self.start // self.rows_per_rank
+            if level == "gpu":
+                slots = slots * self.rows_per_step + index % self.rows_per_step
+        self.kept[level] = (rows, slots)
+        return slots
 
     def expand(self, level: str, per_slot: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Values held once per slot of `level` ('rank', 'step', 'gpu' or 'device'), one per row (or per kept
         row): runs are repeated rather than gathered where every row is kept."""
         if level == "device":
             return per_slot if rows is None else per_slot[rows]
-        if level == "gpu":
-            return per_slot[self.gpu_slots if rows is None else self.gpu_slots[rows]]
-        slot_of_row, lengths = self.rank_runs if level == "rank" else self.step_runs
-        return np.repeat(per_slot, lengths) if rows is None else per_slot[slot_of_row[rows]]
+        if rows is None and level != "gpu":
+            return np.repeat(per_slot, self.rank_lengths if level == "rank" else self.step_lengths)
+        return per_slot[self.slots_of(level, rows)]
 
     def values(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """One output (or dp / n_gpus) for every row of the chunk (or every kept row), as int64."""
@@ -99,8 +113,8 @@ class Chunk:
         if name in DEVICE_COLUMNS:
             return int((self.device[DEVICE_COLUMNS.index(name)] == value).sum())
         if name in STEP_COLUMNS:
-            return int(self.step_runs[1][self.step[STEP_COLUMNS.index(name)] == value].sum())
-        return int(self.rank_runs[1][self.rank[RANK_ROWS.index(name)] == value].sum())
+            return int(self.step_lengths[self.step[STEP_COLUMNS.index(name)] == value].sum())
+        return int(self.rank_lengths[self.rank[RANK_ROWS.index(name)] == value].sum())
 
     def reasons(self) -> np.ndarray:
         """Rows per invalid_reason code."""

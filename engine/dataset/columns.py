@@ -58,8 +58,8 @@ def axis_digits(chunk: Chunk, rows: np.ndarray | None) -> list[np.ndarray]:
     radices = chunk.grid.radices
     strides = np.r_[np.cumprod(radices[::-1])[::-1][1:], 1]  # rows per step of each axis' digit
     first_row = {
-        "rank": (chunk.start // chunk.rows_per_rank + np.arange(len(chunk.rank_runs[1]))) * chunk.rows_per_rank,
-        "step": (chunk.start // chunk.rows_per_step + np.arange(len(chunk.step_runs[1]))) * chunk.rows_per_step,
+        "rank": (chunk.start // chunk.rows_per_rank + np.arange(len(chunk.rank_lengths))) * chunk.rows_per_rank,
+        "step": (chunk.start // chunk.rows_per_step + np.arange(len(chunk.step_lengths))) * chunk.rows_per_step,
         "device": np.arange(chunk.rows_per_step),  # one step's rows: every device combination once
     }
     out = []
