@@ -3,6 +3,7 @@ the training-recipe knobs (CONFIG.md "Training recipe") and cheaper training met
 changed inputs) pair; explain evaluates them in one batch and keeps those that lower the peak."""
 
 from engine.inputs.codes import (
+    Allocator,
     Attn,
     Ckpt,
     Framework,
@@ -67,6 +68,9 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
                     {"framework": "fsdp"}))
     if rec.grad_sync == GradSync.LAST and rec.grad_accum > 1:
         out.append(("sync the gradients every micro-batch (accelerate's sync_each_batch=True)", {"grad_sync": "every"}))
+    if rec.allocator == Allocator.CACHING:  # the caching allocator's own advice when it runs out of memory
+        out.append(("expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                    {"allocator": "expandable"}))
     if rec.save_state_dict == SaveStateDict.FULL:
         out.append(("save sharded checkpoints (torch.distributed.checkpoint; accelerate's SHARDED_STATE_DICT)",
                     {"save_state_dict": "sharded"}))

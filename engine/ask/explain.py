@@ -87,6 +87,10 @@ SLACK_SOURCES = {
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
+    "step's blocks beside the forward's": "the segments forward and backward free, kept beside the gradients and "
+                                          "the optimizer step's buffers too large to go into them, which make "
+                                          "segments of their own (param_blocks.py; the replayed traces, "
+                                          "PARALLEL.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
@@ -103,6 +107,8 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     r = rank_terms(rec)
     streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
     p, holds_loss, last = peak_of_ranks(rec, r, True)
+    if p.steady_bytes > 0 and p.steady_bytes - p.allocated_bytes >= slack:  # levels.step_terms: it set the reserve
+        return [("step's blocks beside the forward's", slack)]
     default_stream = slack - streams
     pinned = min(default_stream, p.pinned_bytes)  # the checkpointed inputs' segments (stage.pinned_segment_bytes)
     rest = default_stream - pinned  # the larger of the churn's share and the loss-sized blocks

@@ -55,7 +55,7 @@ OUTPUT_COLUMNS = [
            "torch.cuda.max_memory_allocated(); " + PEAK),
     Output("reserved_peak_bytes", "step", "int64", "bytes", "allocated peak + the caching allocator's slack",
            "torch.cuda.max_memory_reserved(); engine/model/overhead.py allocator_slack_bytes, stage.py "
-           "pinned_segment_bytes, streams.py"),
+           "pinned_segment_bytes, param_blocks.py homeless_bytes, streams.py"),
     Output("overhead_bytes", "gpu", "int64", "bytes",
            "on the GPU outside PyTorch's allocator: CUDA context, cuBLAS workspaces, NCCL buffers",
            "engine/model/overhead.py, nccl.py; data/golden/OVERHEADS.md", nullable=False),

@@ -244,7 +244,7 @@ def reserve_slack_bytes(c, r, p, holds_loss, last, block):
 def load_peak(r):
     """The checkpoint's load at its peak (load.py): the weights this rank keeps, and as temporaries the rest of the
     whole model it holds until ZeRO-3 partitions it; no gradient, optimizer state or activation yet."""
-    return Peak(r.load_bytes, Phase.LOAD.value, 0, r.load_bytes - r.columns.weight_bytes, False, 0, 0)
+    return Peak(r.load_bytes, Phase.LOAD.value, 0, r.load_bytes - r.columns.weight_bytes, False, 0, 0, 0)
 
 
 @formula
@@ -269,6 +269,8 @@ def step_terms(c, r):
         step_last = training[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
+    # the step's gradients and optimizer buffers that no block its forward and backward freed takes (param_blocks.py)
+    slack = max(slack, p.steady_bytes - p.allocated_bytes)
     save = save_peak(c, r) if r.save_bytes > 0 else p  # a sharded save gathers nothing (save.py)
     if save.allocated_bytes > p.allocated_bytes:  # the save holds more than any step; the reserve is the larger
         reserved = p.allocated_bytes + slack

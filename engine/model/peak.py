@@ -26,6 +26,7 @@ from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
 from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
+from engine.model.param_blocks import steady_reserved_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
 from engine.model.sharding import accumulates_unsharded, fsdp, loss_prefetch_bytes, next_group_gather_bytes
@@ -53,6 +54,8 @@ class Peak(NamedTuple):
     saved_bytes: int  # the activations the stage's step saves for backward, which backward frees before the
     # optimizer step (overhead.loss_recut_bytes), whichever phase peaks
     pinned_bytes: int  # reserved in the segments that hold the checkpointed inputs (stage.pinned_segment_bytes)
+    steady_bytes: int  # the step's reserve with its parameter-shaped blocks beside the forward's and backward's
+    # (param_blocks.steady_reserved_bytes), whichever phase peaks; 0 where they find room in what those free
 
 
 @formula
@@ -205,7 +208,8 @@ def with_evaluation(c, r, layer, rank, best):
     keeps no activation (best's saved and pinned bytes: what the steps around it leave, eval_peak)."""
     if not evaluates(c):
         return best
-    evaluation = eval_peak(c, r, layer, rank, rank == c.pp - 1, best.saved_bytes, best.pinned_bytes)
+    last = rank == c.pp - 1
+    evaluation = eval_peak(c, r, layer, rank, last, best.saved_bytes, best.pinned_bytes, best.steady_bytes)
     return evaluation if evaluation.allocated_bytes > best.allocated_bytes else best
 
 
@@ -223,7 +227,7 @@ def stage_training_peak(c, r, layer, rank):
     accumulated = accumulated_grad_bytes(c, r, rank)
     fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
     fwd_t += accumulated
-    best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned)
+    best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned, 0)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
@@ -232,11 +236,11 @@ def stage_training_peak(c, r, layer, rank):
         model_t = fwd_t - forward_temp_bytes(c, r, rank, last) + forward_cast_bytes(c, r, rank, last) + r.gather_bytes
         model_t += 2 * held + graph + cast_source_bytes(c, last)
         if live + acts + model_t > best.allocated_bytes:
-            best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned)
+            best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned, 0)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
     bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts)
     bwd_t += stage_share(c, r, rank, buckets_bytes(c, r, True)) + kept + held + accumulated
-    backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned)
+    backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned, 0)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
@@ -244,40 +248,45 @@ def stage_training_peak(c, r, layer, rank):
         second_acts = stage_activations_from(c, r, rank, 1, per_microbatch)
         second_t = bwd_t  # its buckets too: bwd_t holds them (buckets_bytes in backward)
         second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True, acts,
-                      pinned)
+                      pinned, 0)
         end_acts = stage_activations_from(c, r, rank, 2, per_microbatch)
         end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
         if states + end_acts + end_t > second.allocated_bytes:
-            second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True, acts, pinned)
+            second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True, acts, pinned, 0)
         if second.allocated_bytes > backward.allocated_bytes:
             backward = second
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
         end_t = r.end_bytes + r.step_bytes + kept
         states = stage_share(c, r, rank, states_bytes(r, False) - pageable_bytes(c, r))
-        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False, acts, pinned)
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False, acts, pinned, 0)
         optimizer = backward_end
     else:
         buckets = stage_share(c, r, rank, buckets_bytes(c, r, True))
         end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept + held + graph
         states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
-        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True, acts, pinned)
+        backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True, acts, pinned, 0)
         opt_t = stage_share(c, r, rank, r.step_bytes) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
         opt_t += held + graph
         unpaged = stage_share(c, r, rank, states_bytes(r, True))  # a paged optimizer's states are back for its step
-        optimizer = Peak(unpaged + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts, pinned)
+        optimizer = Peak(unpaged + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts, pinned, 0)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
         # next group gathered for its backward: the peak when gradients are not sharded (experts held by one
         # rank, whose "reduce-scatter" copies and divides them: PARALLEL.md, moe_ep).
         reduce_t = r.reduce_bytes + next_group_gather_bytes(c, r) + kept
-        reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True, acts, pinned)
+        reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True, acts, pinned, 0)
         if reduce.allocated_bytes > backward_end.allocated_bytes:
             backward_end = reduce
+    forward_backward = best if best.allocated_bytes >= backward.allocated_bytes else backward
     if max(backward.allocated_bytes, backward_end.allocated_bytes) > best.allocated_bytes:
         best = backward if backward.allocated_bytes >= backward_end.allocated_bytes else backward_end
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
-    return best
+    fb = forward_backward
+    steady = steady_reserved_bytes(c, fb.allocated_bytes, fb.activation_bytes + fb.temp_bytes, fb.pinned_bytes,
+                                   fb.grads_live)
+    return Peak(best.allocated_bytes, best.phase, best.activation_bytes, best.temp_bytes, best.grads_live,
+                best.saved_bytes, best.pinned_bytes, steady)
 
 
 @formula
@@ -301,13 +310,13 @@ def eval_temp_bytes(c, r, layer, rank, last):
 
 
 @formula
-def eval_peak(c, r, layer, rank, last, saved, pinned):
-    """An evaluation forward between optimizer steps: the persistent states, no activation kept (`saved` and
-    `pinned`: the training steps' around it, Peak.saved_bytes and pinned_bytes)."""
+def eval_peak(c, r, layer, rank, last, saved, pinned, steady):
+    """An evaluation forward between optimizer steps: the persistent states, no activation kept (`saved`,
+    `pinned` and `steady`: the training steps' around it, Peak.saved_bytes, pinned_bytes and steady_bytes)."""
     g = eval_grads_live(c)
     live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
     t = eval_temp_bytes(c, r, layer, rank, last)
-    return Peak(live + t, Phase.EVAL.value, 0, t, g, saved, pinned)
+    return Peak(live + t, Phase.EVAL.value, 0, t, g, saved, pinned, steady)
 
 
 @formula
@@ -321,7 +330,7 @@ def rank_save_peak(c, r, rank):
     kept = stage_share(c, r, rank, buckets_bytes(c, r, False)) + recv_buffer_bytes(c, rank)
     kept += held_logits_bytes(c, rank == c.pp - 1) + held_graph_bytes(c, evaluated_layers(c, r, rank))
     t = kept + r.save_bytes
-    return Peak(live + t, Phase.SAVE.value, 0, t, g, 0, 0)
+    return Peak(live + t, Phase.SAVE.value, 0, t, g, 0, 0, 0)
 
 
 @formula

@@ -1,0 +1,182 @@
+"""The step's parameter-shaped blocks, and the freed blocks of forward and backward they can or cannot go into.
+
+Backward makes each parameter's gradient, and a foreach optimizer step one state-sized buffer per parameter
+(torch/optim/adamw.py `_multi_tensor_adamw`: `torch._foreach_sqrt(device_exp_avg_sqs)`): blocks the size of a
+weight matrix, in the gradient's or the state's dtype. The caching allocator puts a request in the smallest free
+block of its stream at least as large, splitting it, and makes a new segment only where none is
+(c10/cuda/CUDACachingAllocator.cpp `get_free_block`, `alloc_block`). So these blocks reuse what forward and backward
+freed, the saved activations and the loss's blocks, only where those are as large: a layer's activation blocks, or
+the 20 MiB segments requests of 1 to 10 MiB share (`kLargeBuffer`, `kMinLargeAlloc`), take the matrices no larger
+than them; the loss's blocks (the fp32 logits, the 16-bit logits, a chunk) and autocast's 16-bit copy of the
+embedding take the rest, each as many as fit, the largest first (the embedding's, then the FFN's, then
+attention's), in the order the first step makes them: the gradients, the optimizer's states (torch.zeros_like in
+`_init_group`), the step's buffers. What finds no freed block makes segments of its own, and from the second step on
+every kind of block goes back to the free blocks of its own size (best fit), so the reserve holds the forward's and
+backward's blocks and these segments side by side; but a state that settled in a freed block holds it for good, and
+the next forward's blocks then split the homeless gradients' and buffers' segments, free by then, so those count
+once.
+
+Seen in the replayed traces (data/measured/PARALLEL.md, "One stream: the step's blocks beside the forward's"):
+GPT-2 1.5B under autocast at 1,024 tokens reserves 37.69 GiB for a 29.01 GiB peak, 8.8 GiB of it the forward's
+free segments at the optimizer step; Llama-3.2-1B dims with a chunked loss 28.29 GiB for 23.02; one-GPU full
+fine-tunes of Llama 3.1 8B, Llama 3.2 3B and Qwen2.5 7B were 9-14% below their replays (data/measured/
+full_finetune_cases.csv).
+
+Modelled where the picture is that simple: one pipeline stage, no tensor parallelism (TP's gathered inputs and
+DTensor's redistributions are blocks not listed here), parameters and gradients whole on the rank (ZeRO and FSDP
+shard them: their blocks are small, and FSDP's go to streams of their own, streams.py), dense layers, full training
+with torch.optim on the GPU, the default allocator (expandable segments grow their free tail instead of making a
+segment per block).
+"""
+
+from engine.catalogs.conventions import (
+    FRAMEWORK_TORCH_OPTIMIZER,
+    OPTIMIZER_FACTORED,
+    OPTIMIZER_STATE_BITS,
+    OPTIMIZER_STATES,
+    STEP_STATE_SIZED,
+)
+from engine.inputs.codes import FFN, ActFn, Allocator, Attn, LossImpl
+from engine.model.activations import autocast, ffn_bytes, fused_kernels, local_tokens, stream_bytes
+from engine.model.common import ceil_div, formula
+from engine.model.loss import fp32_logits_bytes, head_gradient_bytes, logits_bytes, loss_block_bytes
+from engine.model.overhead import allocator_slack_bytes
+from engine.model.params import has_dims, head_dim, kv_heads, n_moe_layers
+from engine.model.sharding import fsdp
+from engine.model.states import (
+    compute_bytes,
+    grad_bytes_per_param,
+    is_amp,
+    offloads_optimizer,
+    state_bytes,
+    trains,
+)
+
+LARGE_BUFFER_BYTES = 20 << 20  # kLargeBuffer: the segment requests of 1 to 10 MiB share (CUDACachingAllocator.cpp)
+
+
+@formula
+def modelled(c):
+    """Where the parameter-shaped blocks are worked out (module docstring)."""
+    return (has_dims(c) and c.pp == 1 and c.tp == 1 and c.zero_stage == 0 and not fsdp(c) and n_moe_layers(c) == 0
+            and c.lora_rank == 0 and trains(c) and FRAMEWORK_TORCH_OPTIMIZER[c.framework]
+            and not c.optimizer_in_backward and not offloads_optimizer(c) and c.allocator == Allocator.CACHING)
+
+
+@formula
+def activation_block_bytes(c):
+    """The largest block a layer's forward keeps for one micro-batch, at least the 20 MiB segment the smaller ones
+    share: the FFN's intermediate (in fp32 where GPT-2's gelu_new runs under autocast, activations.py), the
+    residual stream, or with eager or math attention one layer's fp32 scores."""
+    tokens = local_tokens(c)
+    ffn = 4 if c.act_fn == ActFn.GELU_NEW and autocast(c) and not fused_kernels(c) else ffn_bytes(c)
+    block = max(tokens * c.d_ff * ffn, tokens * c.d_model * stream_bytes(c), LARGE_BUFFER_BYTES)
+    if c.attention != Attn.FLASH:
+        block = max(block, c.micro_batch * c.n_heads * ceil_div(c.seq_len, c.cp) * c.seq_len * 4)
+    return block
+
+
+@formula
+def into_blocks(size, count, block, blocks):
+    """`count` blocks of `size` placed in `blocks` free blocks of `block` bytes, as many in each as fit: (how many
+    are left, how many free blocks are left)."""
+    per_block = block // size
+    if per_block == 0 or blocks == 0 or count == 0:
+        return count, blocks
+    used = min(blocks, ceil_div(count, per_block))
+    return count - min(count, used * per_block), blocks - used
+
+
+@formula
+def placed(size, count, largest_activation, b0, n0, b1, n1, b2, n2):
+    """`count` blocks of `size`: into a layer's freed activation blocks where no larger than the largest, else into
+    the free blocks b0 <= b1 <= b2 (n0, n1, n2 of them), smallest first: (bytes that find no block, n0, n1, n2 left)."""
+    if count == 0 or size == 0 or size <= largest_activation:
+        return 0, n0, n1, n2
+    count, n0 = into_blocks(size, count, b0, n0)
+    count, n1 = into_blocks(size, count, b1, n1)
+    count, n2 = into_blocks(size, count, b2, n2)
+    return count * size, n0, n1, n2
+
+
+@formula
+def loss_blocks(c):
+    """The blocks the loss frees before backward makes the gradients, largest first, as (bytes, count) x 3: the
+    fp32 logits, log_softmax's output and its gradient, and under 16-bit compute the logits themselves
+    (transformers' loss); a chunked loss's chunks; one chunk of a loss fused with the head; and autocast's 16-bit
+    copy of the embedding, freed when the embedding's backward is done."""
+    if c.loss_impl == LossImpl.STANDARD:
+        first, second = (fp32_logits_bytes(c), 3), (logits_bytes(c) if compute_bytes(c) == 2 else 0, 1)
+    elif c.loss_impl == LossImpl.CHUNKED:
+        first, second = (loss_block_bytes(c), c.loss_chunks + 1), (0, 0)
+    else:
+        first, second = (loss_block_bytes(c), 1), (0, 0)
+    cast = (2 * c.vocab * c.d_model if is_amp(c) else 0, 1)
+    return first, second, cast
+
+
+@formula
+def smallest_first(x, y, z):
+    """Three (bytes, count) pairs ordered by bytes."""
+    if x[0] > y[0]:
+        x, y = y, x
+    if y[0] > z[0]:
+        y, z = z, y
+    if x[0] > y[0]:
+        x, y = y, x
+    return x, y, z
+
+
+@formula
+def homeless_bytes(c, grads_transient):
+    """The bytes the step's parameter-shaped blocks add to the reserve beside forward's and backward's blocks, 0 where
+    not modelled. In the order the first step makes them: the gradients (made every step: `grads_transient`) take
+    the freed blocks they fit, then the optimizer's states, then its step's state-sized buffers; what finds none
+    makes segments of its own. A state that settled in a freed block holds it for good, so the next forward's blocks
+    go where the homeless gradients and buffers were, which are free by then: those segments count once."""
+    if not modelled(c):
+        return 0
+    grad = grad_bytes_per_param(c) if grads_transient else 0
+    state = state_bytes(c) if OPTIMIZER_STATE_BITS[c.optimizer] == 0 else 1
+    states, buffers = OPTIMIZER_STATES[c.optimizer] * (1 - OPTIMIZER_FACTORED[c.optimizer]), STEP_STATE_SIZED[
+        c.optimizer, c.optimizer_impl]
+    h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
+    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers
+    embeddings = 2 if c.lm_head and not c.tied_embeddings else 1
+    grad_embeddings = embeddings - (1 if head_gradient_bytes(c) > 0 else 0)  # a fused loss makes the head's in forward
+    if c.fused_projections:
+        attention, attention_count, other, other_count = h * (a + 2 * g) * d, c.n_layers, h * a * d, c.n_layers
+    else:
+        attention, attention_count, other, other_count = h * a * d, 2 * c.n_layers, h * g * d, 2 * c.n_layers
+    first, second, cast = loss_blocks(c)
+    (b0, n0), (b1, n1), (b2, n2) = smallest_first(first, second, cast)  # best fit
+    largest = activation_block_bytes(c)
+    # the embedding's, then the FFN's, then attention's: each pass largest first
+    numels = (c.vocab * h, h * c.d_ff, attention, other)
+    grad_counts = (grad_embeddings, ffn, attention_count, other_count)
+    counts = (embeddings, ffn, attention_count, other_count)
+    homeless = 0
+    for k in range(4):
+        left, n0, n1, n2 = placed(numels[k] * grad, grad_counts[k], largest, b0, n0, b1, n1, b2, n2)
+        homeless += left
+    settled = 0  # the states that found a freed block
+    for k in range(4):
+        left, n0, n1, n2 = placed(numels[k] * state, counts[k] * states, largest, b0, n0, b1, n1, b2, n2)
+        settled += numels[k] * state * counts[k] * states - left
+    for k in range(4):
+        left, n0, n1, n2 = placed(numels[k] * state, counts[k] * buffers, largest, b0, n0, b1, n1, b2, n2)
+        homeless += left
+    return max(0, homeless - settled)
+
+
+@formula
+def steady_reserved_bytes(c, allocated, churn, pinned, grads_live):
+    """What the step reserves once every kind of block has segments of its own (module docstring), from the larger
+    of its forward and backward peaks (`allocated`, `churn` of it activations and temporaries, `pinned` the
+    recomputation's segments, `grads_live` whether the gradients outlive the step there): that peak with its
+    churn's slack, and the parameter-shaped blocks no freed block takes; 0 where none is homeless (or not modelled),
+    and the step's reserve is then the usual one."""
+    homeless = homeless_bytes(c, not grads_live)
+    if homeless == 0:
+        return 0
+    return allocated + allocator_slack_bytes(churn, 0, 0) + pinned + homeless
