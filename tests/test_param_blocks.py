@@ -34,12 +34,23 @@ def test_gpt2_xl_under_autocast_leaves_most_gradients_and_adamw_buffers_homeless
     assert homeless_bytes(c, False) == buffers - (settled + 20 * ffn)
 
 
+def test_fsdp2_with_its_states_on_the_host_keeps_the_root_gradients_reduce_scatter_input_beside_the_forward():
+    # FSDP2 over 8 GPUs, parameters and optimizer offloaded: the root group's unsharded fp32 gradients (embedding and
+    # final LayerNorm, the head tied) make the largest block, larger than every block the forward freed; a block's
+    # (12 h^2 + 13 h: 123 MB) goes into one of the loss's fp32 logits blocks (206 MB)
+    c = config(**(GPT2_XL | dict(framework="fsdp", n_gpus=8, zero_stage=3, offload="optimizer_params")))
+    root = 4 * (50_257 * 1_600 + 2 * 1_600)
+    assert 4 * (12 * 1_600**2 + 13 * 1_600) < 4 * 1_024 * 50_257 < root
+    assert homeless_bytes(c, True) == root
+
+
 @pytest.mark.parametrize("overrides", [
     dict(precision="bf16"),  # 16-bit gradients and moments: every matrix fits an FFN block or a logits block
     dict(micro_batch=8),  # 8,192 tokens: the activation blocks take every matrix but the embedding's, the logits it
     dict(optimizer_impl="fused"),  # no state-sized buffer, and the gradients fit the loss's blocks...
     dict(n_gpus=2, tp=2),  # not modelled: TP's gathered inputs
-    dict(n_gpus=8, zero_stage=3),  # sharded: small blocks
+    dict(n_gpus=8, zero_stage=3),  # FSDP: its states settle in the forward's freed blocks, and the next forward's go
+    # where the root's reduce-scatter input was
     dict(allocator="expandable"),  # one growing segment
     dict(lora_rank=16),  # adapters
 ])

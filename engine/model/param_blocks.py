@@ -22,11 +22,17 @@ free segments at the optimizer step; Llama-3.2-1B dims with a chunked loss 28.29
 fine-tunes of Llama 3.1 8B, Llama 3.2 3B and Qwen2.5 7B were 9-14% below their replays (data/measured/
 full_finetune_cases.csv).
 
+Under FSDP2 the parameters, gradients and states are shards (dim 0 over the d = dp * cp ranks) and the sharded
+gradients live in the reduce-scatter stream's pool (streams.py); what each group's backward makes on the default
+stream is its reduce-scatter input, the group's unsharded gradients in the reduce dtype (_fsdp_collectives.py
+`foreach_reduce`): the root group's (embedding, final norm, head) is often the largest block of the step, and with the
+optimizer on the host no state settles in the freed blocks to make it count once (the traced FSDP2 steps with
+offload: PARALLEL.md).
+
 Modelled where the picture is that simple: one pipeline stage, no tensor parallelism (TP's gathered inputs and
-DTensor's redistributions are blocks not listed here), parameters and gradients whole on the rank (ZeRO and FSDP
-shard them: their blocks are small, and FSDP's go to streams of their own, streams.py), dense layers, full training
-with torch.optim on the GPU, the default allocator (expandable segments grow their free tail instead of making a
-segment per block).
+DTensor's redistributions are blocks not listed here), parameters whole on the rank or sharded by FSDP2 (ZeRO-1/2
+and DeepSpeed keep their gradients in buckets and partitions of their own), dense layers, full training with
+torch.optim, the default allocator (expandable segments grow their free tail instead of making a segment per block).
 """
 
 from engine.catalogs.conventions import (
@@ -41,8 +47,8 @@ from engine.model.activations import autocast, ffn_bytes, fused_kernels, local_t
 from engine.model.common import ceil_div, formula
 from engine.model.loss import fp32_logits_bytes, head_gradient_bytes, logits_bytes, loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes
-from engine.model.params import has_dims, head_dim, kv_heads, n_moe_layers
-from engine.model.sharding import fsdp
+from engine.model.params import has_dims, head_dim, kv_heads, layer_params, n_moe_layers, norm_params
+from engine.model.sharding import accumulates_unsharded, fsdp, reduce_bytes_per_param, split_groups
 from engine.model.states import (
     compute_bytes,
     grad_bytes_per_param,
@@ -57,10 +63,26 @@ LARGE_BUFFER_BYTES = 20 << 20  # kLargeBuffer: the segment requests of 1 to 10 M
 
 @formula
 def modelled(c):
-    """Where the parameter-shaped blocks are worked out (module docstring)."""
-    return (has_dims(c) and c.pp == 1 and c.tp == 1 and c.zero_stage == 0 and not fsdp(c) and n_moe_layers(c) == 0
+    """Where the parameter-shaped blocks are worked out (module docstring): whole on one rank (DDP included), or
+    sharded by FSDP2 with every micro-batch's gradients reduced."""
+    whole = c.zero_stage == 0 and not offloads_optimizer(c)
+    sharded = fsdp(c) and not accumulates_unsharded(c)
+    return (has_dims(c) and c.pp == 1 and c.tp == 1 and (whole or sharded) and n_moe_layers(c) == 0
             and c.lora_rank == 0 and trains(c) and FRAMEWORK_TORCH_OPTIMIZER[c.framework]
-            and not c.optimizer_in_backward and not offloads_optimizer(c) and c.allocator == Allocator.CACHING)
+            and not c.optimizer_in_backward and c.allocator == Allocator.CACHING)
+
+
+@formula
+def reduce_scatter_inputs(c):
+    """FSDP2's reduce-scatter inputs, made on the default stream at the end of each group's backward
+    (_fsdp_collectives.py foreach_reduce: the group's unsharded gradients in the reduce dtype, freed once the
+    reduce-scatter has copied them out): the root group's (embedding, final norm and head; under split groups the
+    larger of the embedding's and the head's) and one block's, in bytes."""
+    element = reduce_bytes_per_param(c)
+    embedding = c.vocab * c.d_model
+    head = embedding if c.lm_head and not c.tied_embeddings else 0
+    root = max(embedding, head + norm_params(c)) if split_groups(c) else embedding + head + norm_params(c)
+    return element * root, element * layer_params(c, False)
 
 
 @formula
@@ -136,10 +158,13 @@ def homeless_bytes(c, grads_transient):
     go where the homeless gradients and buffers were, which are free by then: those segments count once."""
     if not modelled(c):
         return 0
-    grad = grad_bytes_per_param(c) if grads_transient else 0
+    grad = grad_bytes_per_param(c) if grads_transient and not fsdp(c) else 0  # FSDP's go to their own stream
+    shards = c.dp * c.cp if fsdp(c) else 1  # FSDP2 shards every parameter on dim 0, and its states with it
     state = state_bytes(c) if OPTIMIZER_STATE_BITS[c.optimizer] == 0 else 1
     states, buffers = OPTIMIZER_STATES[c.optimizer] * (1 - OPTIMIZER_FACTORED[c.optimizer]), STEP_STATE_SIZED[
         c.optimizer, c.optimizer_impl]
+    if offloads_optimizer(c):  # states and step on the host
+        states, buffers = 0, 0
     h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
     ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers
     embeddings = 2 if c.lm_head and not c.tied_embeddings else 1
@@ -159,24 +184,32 @@ def homeless_bytes(c, grads_transient):
     for k in range(4):
         left, n0, n1, n2 = placed(numels[k] * grad, grad_counts[k], largest, b0, n0, b1, n1, b2, n2)
         homeless += left
+    if fsdp(c):  # the root's reduce-scatter input, and a block's, whose one segment every block reuses
+        root, block = reduce_scatter_inputs(c)
+        left, n0, n1, n2 = placed(block, 1, largest, b0, n0, b1, n1, b2, n2)
+        homeless += left
+        left, n0, n1, n2 = placed(root, 1, largest, b0, n0, b1, n1, b2, n2)
+        homeless += left
     settled = 0  # the states that found a freed block
     for k in range(4):
-        left, n0, n1, n2 = placed(numels[k] * state, counts[k] * states, largest, b0, n0, b1, n1, b2, n2)
-        settled += numels[k] * state * counts[k] * states - left
+        shard = ceil_div(numels[k], shards) * state
+        left, n0, n1, n2 = placed(shard, counts[k] * states, largest, b0, n0, b1, n1, b2, n2)
+        settled += shard * counts[k] * states - left
     for k in range(4):
-        left, n0, n1, n2 = placed(numels[k] * state, counts[k] * buffers, largest, b0, n0, b1, n1, b2, n2)
+        shard = ceil_div(numels[k], shards) * state
+        left, n0, n1, n2 = placed(shard, counts[k] * buffers, largest, b0, n0, b1, n1, b2, n2)
         homeless += left
     return max(0, homeless - settled)
 
 
 @formula
-def steady_reserved_bytes(c, allocated, churn, pinned, grads_live):
+def steady_reserved_bytes(c, allocated, churn, kept, grads_live):
     """What the step reserves once every kind of block has segments of its own (module docstring), from the larger
-    of its forward and backward peaks (`allocated`, `churn` of it activations and temporaries, `pinned` the
-    recomputation's segments, `grads_live` whether the gradients outlive the step there): that peak with its
-    churn's slack, and the parameter-shaped blocks no freed block takes; 0 where none is homeless (or not modelled),
-    and the step's reserve is then the usual one."""
+    of its forward and backward peaks (`allocated`, `churn` of it activations and temporaries, `kept` the
+    recomputation's pinned segments and FSDP's stream pools, `grads_live` whether the gradients outlive the step
+    there): that peak with its churn's slack, and the parameter-shaped blocks no freed block takes; 0 where none is
+    homeless (or not modelled), and the step's reserve is then the usual one."""
     homeless = homeless_bytes(c, not grads_live)
     if homeless == 0:
         return 0
-    return allocated + allocator_slack_bytes(churn, 0, 0) + pinned + homeless
+    return allocated + allocator_slack_bytes(churn, 0, 0) + kept + homeless

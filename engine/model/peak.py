@@ -40,6 +40,7 @@ from engine.model.stage import (
     stage_activations_from,
 )
 from engine.model.states import grad_bytes_per_param, trains
+from engine.model.streams import side_stream_slack_bytes
 from engine.model.temporaries import backward_workspace_bytes, head_cast_bytes, tied_gradient_sum_bytes
 
 
@@ -283,8 +284,9 @@ def stage_training_peak(c, r, layer, rank):
     if optimizer.allocated_bytes > best.allocated_bytes:
         best = optimizer
     fb = forward_backward
-    steady = steady_reserved_bytes(c, fb.allocated_bytes, fb.activation_bytes + fb.temp_bytes, fb.pinned_bytes,
-                                   fb.grads_live)
+    pools = side_stream_slack_bytes(r.side_stream_bytes, r.columns.grad_bytes if fb.grads_live else 0)
+    steady = steady_reserved_bytes(c, fb.allocated_bytes, fb.activation_bytes + fb.temp_bytes,
+                                   fb.pinned_bytes + pools, fb.grads_live)
     return Peak(best.allocated_bytes, best.phase, best.activation_bytes, best.temp_bytes, best.grads_live,
                 best.saved_bytes, best.pinned_bytes, steady)
 
