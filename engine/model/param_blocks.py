@@ -163,7 +163,7 @@ def homeless_bytes(c, grads_transient):
     state = state_bytes(c) if OPTIMIZER_STATE_BITS[c.optimizer] == 0 else 1
     states, buffers = OPTIMIZER_STATES[c.optimizer] * (1 - OPTIMIZER_FACTORED[c.optimizer]), STEP_STATE_SIZED[
         c.optimizer, c.optimizer_impl]
-    if offloads_optimizer(c):  # states and step on the host
+    if offloads_optimizer(c) or c.paged:  # on the host, or in bitsandbytes' paged (managed) memory: not in the cache
         states, buffers = 0, 0
     h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
     ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers
