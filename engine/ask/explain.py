@@ -23,7 +23,7 @@ from engine.inputs.codes import (
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
 from engine.model.evaluation import eval_segment_bytes
-from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes
+from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes, step_terms
 from engine.model.loss import loss_block_bytes
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.overhead import allocator_slack_bytes
@@ -87,10 +87,12 @@ SLACK_SOURCES = {
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
-    "step's blocks beside the forward's": "the segments forward and backward free, kept beside the gradients and "
-                                          "the optimizer step's buffers too large to go into them, which make "
-                                          "segments of their own (param_blocks.py; the replayed traces, "
-                                          "PARALLEL.md)",
+    "gradients' and optimizer's own segments": "the gradients and the optimizer step's buffers (under FSDP2 the "
+                                               "reduce-scatter inputs) too large for any block forward and backward "
+                                               "free, in segments of their own beside those blocks: whole free "
+                                               "segments by turns, which the allocator releases and retries with "
+                                               "before it reports out of memory (param_blocks.py; the replayed "
+                                               "traces, PARALLEL.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
@@ -107,9 +109,8 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     r = rank_terms(rec)
     streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
     p, holds_loss, last = peak_of_ranks(rec, r, True)
-    if p.steady_bytes > 0 and p.steady_bytes - p.allocated_bytes >= slack:  # levels.step_terms: it set the reserve
-        return [("step's blocks beside the forward's", slack)]
-    default_stream = slack - streams
+    releasable = step_terms(rec, r).releasable_bytes  # the homeless blocks' segments (levels.step_terms)
+    default_stream = slack - streams - releasable
     pinned = min(default_stream, p.pinned_bytes)  # the checkpointed inputs' segments (stage.pinned_segment_bytes)
     rest = default_stream - pinned  # the larger of the churn's share and the loss-sized blocks
     churn = allocator_slack_bytes(result["activation_bytes"] + result["temp_bytes"], 0, 0)
@@ -120,7 +121,7 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     elif rest > churn and rec.allocator == Allocator.CACHING:
         recut = min(rest, recut_bytes(rec, r, p if holds_loss else last, loss_block_bytes(rec)))
     parts = ((cause, rest - recut), ("loss blocks cut again", recut), ("recompute's pinned segments", pinned),
-             ("FSDP stream pools", streams))
+             ("FSDP stream pools", streams), ("gradients' and optimizer's own segments", releasable))
     return [(name, size) for name, size in parts if size > 0]
 
 
@@ -182,6 +183,7 @@ def explain(case: dict) -> dict:
         "fits": bool(r["fits"] == 1),
         "usable_bytes": usable,
         "margin_bytes": usable - r["device_peak_bytes"],
+        "releasable_bytes": step_terms(rec, rank_terms(rec)).releasable_bytes if r["allocated_peak_bytes"] >= 0 else 0,
         "host_bytes": r["host_bytes"],
         "host_ram_bytes": int(host_ram_per_gpu(rec)),  # what one GPU of the job may fill on its node (0: unknown)
         "trainable_params_per_gpu": None if too_large(r) else int(trainable_params_per_gpu(rec)),
@@ -234,6 +236,12 @@ def render(result: dict) -> str:
                      f"{host / GIB:.2f} GiB of host RAM per GPU and each has {host_ram / GIB:.2f}")
     else:
         lines.append(f"DOES NOT FIT: {-margin:.2f} GiB over budget")
+    releasable = result["releasable_bytes"] / GIB
+    if not result["fits"] and margin < 0 <= margin + releasable:
+        lines.append(f"  ({releasable:.2f} GiB of the reserve are the gradients' and optimizer's own segments, "
+                     "which the caching allocator releases and retries with before it runs out: the step runs, with "
+                     "cudaMalloc retries every step; fits counts them, on the safe side; expandable segments keep "
+                     "them from being reserved)")
     if host:
         ram = f", {host_ram / GIB:.1f} GiB available to each" if host_ram else " (the host's RAM unknown)"
         lines.append(f"host RAM for offload: {host / GIB:.2f} GiB per GPU{ram}")

@@ -196,6 +196,7 @@ class Step(NamedTuple):
     work: Work  # FLOPs and collective bytes of the step (step_work.py)
     largest: int  # the largest component of the tensors at the peak (a Component code) ...
     largest_bytes: int  # ... and its bytes (device_terms weighs it against the overhead)
+    releasable_bytes: int  # of the reserve, the segments the allocator releases before it runs out (param_blocks.py)
 
 
 @formula
@@ -257,7 +258,7 @@ def step_terms(c, r):
         columns = StepColumns(activation_bytes=NULL, temp_bytes=NULL, allocated_peak_bytes=NULL,
                               reserved_peak_bytes=NULL, peak_phase=NULL, host_bytes=NULL, peak_grad_bytes=NULL,
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
-        return Step(columns, reason, NO_WORK, NULL, NULL)
+        return Step(columns, reason, NO_WORK, NULL, NULL, 0)
     layer = layer_bytes(c, r)  # one layer's activations, the same on every rank
     training = stage_peaks(c, r, layer, False)  # each rank's step, then weighed against its evaluation
     p, holds_loss, last = most_loaded(c, r, layer, training, True)
@@ -269,8 +270,13 @@ def step_terms(c, r):
         step_last = training[2]
         last_reserved = step_last.allocated_bytes + stage_slack_bytes(c, r, step_last, block) + eval_segment_bytes(c)
         slack = max(slack, last_reserved - p.allocated_bytes)
-    # the step's gradients and optimizer buffers that no block its forward and backward freed takes (param_blocks.py)
-    slack = max(slack, p.steady_bytes - p.allocated_bytes)
+    # the step's gradients and optimizer buffers that no block its forward and backward freed takes sit in segments of
+    # their own beside those blocks (param_blocks.py): whole free segments by turns, which the allocator releases and
+    # retries with before it reports out of memory, so they raise max_memory_reserved() more than they bring an
+    # out-of-memory error closer; fits counts them, on the safe side, as it counts FSDP's stream pools (explain says
+    # how much of the reserve they are: Step.releasable_bytes)
+    releasable = max(0, p.steady_bytes - p.allocated_bytes - slack)
+    slack += releasable
     save = save_peak(c, r) if r.save_bytes > 0 else p  # a sharded save gathers nothing (save.py)
     if save.allocated_bytes > p.allocated_bytes:  # the save holds more than any step; the reserve is the larger
         reserved = p.allocated_bytes + slack
@@ -287,7 +293,7 @@ def step_terms(c, r):
                           reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
                           peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, reason, step_work(c, r, layer), largest, largest_bytes)
+    return Step(columns, reason, step_work(c, r, layer), largest, largest_bytes, min(releasable, slack))
 
 
 class Gpu(NamedTuple):

@@ -45,7 +45,13 @@ from engine.catalogs.conventions import (
 from engine.inputs.codes import FFN, ActFn, Allocator, Attn, LossImpl
 from engine.model.activations import autocast, ffn_bytes, fused_kernels, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
-from engine.model.loss import fp32_logits_bytes, head_gradient_bytes, logits_bytes, loss_block_bytes
+from engine.model.loss import (
+    compiled_loss,
+    fp32_logits_bytes,
+    head_gradient_bytes,
+    logits_bytes,
+    loss_block_bytes,
+)
 from engine.model.overhead import allocator_slack_bytes
 from engine.model.params import has_dims, head_dim, kv_heads, layer_params, n_moe_layers, norm_params
 from engine.model.sharding import accumulates_unsharded, fsdp, reduce_bytes_per_param, split_groups
@@ -111,8 +117,9 @@ def into_blocks(size, count, block, blocks):
 
 @formula
 def placed(size, count, largest_activation, b0, n0, b1, n1, b2, n2):
-    """`count` blocks of `size`: into a layer's freed activation blocks where no larger than the largest, else into
-    the free blocks b0 <= b1 <= b2 (n0, n1, n2 of them), smallest first: (bytes that find no block, n0, n1, n2 left)."""
+    """Place `count` blocks of `size`: into a layer's freed activation blocks where no larger than the largest, else
+    into the free blocks b0 <= b1 <= b2 (n0, n1, n2 of them), smallest first. Returns the bytes that find no block
+    and the free blocks left (n0, n1, n2)."""
     if count == 0 or size == 0 or size <= largest_activation:
         return 0, n0, n1, n2
     count, n0 = into_blocks(size, count, b0, n0)
@@ -123,17 +130,18 @@ def placed(size, count, largest_activation, b0, n0, b1, n1, b2, n2):
 
 @formula
 def loss_blocks(c):
-    """The blocks the loss frees before backward makes the gradients, largest first, as (bytes, count) x 3: the
-    fp32 logits, log_softmax's output and its gradient, and under 16-bit compute the logits themselves
-    (transformers' loss); a chunked loss's chunks; one chunk of a loss fused with the head; and autocast's 16-bit
-    copy of the embedding, freed when the embedding's backward is done."""
-    if c.loss_impl == LossImpl.STANDARD:
+    """The blocks the loss frees before backward makes the gradients, as (bytes, count) x 3: transformers' loss, its
+    fp32 logits, log_softmax's output and its gradient, and under 16-bit compute the logits themselves; a compiled
+    loss its 16-bit logits (loss.loss_block_bytes); a chunked loss its chunks, one more than loss_chunks with the
+    upcast of the one in hand; a loss fused with the head one chunk; and autocast's 16-bit copy of the head's weight,
+    freed once the head's backward, the first, is done (none without an LM head)."""
+    if c.loss_impl == LossImpl.STANDARD and not compiled_loss(c):
         first, second = (fp32_logits_bytes(c), 3), (logits_bytes(c) if compute_bytes(c) == 2 else 0, 1)
     elif c.loss_impl == LossImpl.CHUNKED:
         first, second = (loss_block_bytes(c), c.loss_chunks + 1), (0, 0)
     else:
         first, second = (loss_block_bytes(c), 1), (0, 0)
-    cast = (2 * c.vocab * c.d_model if is_amp(c) else 0, 1)
+    cast = (2 * c.vocab * c.d_model if is_amp(c) and c.lm_head else 0, 1)
     return first, second, cast
 
 
@@ -166,7 +174,10 @@ def homeless_bytes(c, grads_transient):
     if offloads_optimizer(c) or c.paged:  # on the host, or in bitsandbytes' paged (managed) memory: not in the cache
         states, buffers = 0, 0
     h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
-    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers
+    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers  # gate, up, down (or up, down): h x f each
+    gate_up = 0  # Phi-3's fused gate_up_proj, one 2f x h matrix (fused_projections), beside the down projection
+    if c.fused_projections and c.ffn_type == FFN.SWIGLU:
+        ffn, gate_up = c.n_layers, c.n_layers
     embeddings = 2 if c.lm_head and not c.tied_embeddings else 1
     grad_embeddings = embeddings - (1 if head_gradient_bytes(c) > 0 else 0)  # a fused loss makes the head's in forward
     if c.fused_projections:
@@ -176,12 +187,12 @@ def homeless_bytes(c, grads_transient):
     first, second, cast = loss_blocks(c)
     (b0, n0), (b1, n1), (b2, n2) = smallest_first(first, second, cast)  # best fit
     largest = activation_block_bytes(c)
-    # the embedding's, then the FFN's, then attention's: each pass largest first
-    numels = (c.vocab * h, h * c.d_ff, attention, other)
-    grad_counts = (grad_embeddings, ffn, attention_count, other_count)
-    counts = (embeddings, ffn, attention_count, other_count)
+    # by kind: the embedding's, the fused gate_up's, the FFN's, attention's (in the usual dims the largest first)
+    numels = (c.vocab * h, 2 * h * c.d_ff, h * c.d_ff, attention, other)
+    grad_counts = (grad_embeddings, gate_up, ffn, attention_count, other_count)
+    counts = (embeddings, gate_up, ffn, attention_count, other_count)
     homeless = 0
-    for k in range(4):
+    for k in range(5):
         left, n0, n1, n2 = placed(numels[k] * grad, grad_counts[k], largest, b0, n0, b1, n1, b2, n2)
         homeless += left
     if fsdp(c):  # the root's reduce-scatter input, and a block's, whose one segment every block reuses
@@ -190,12 +201,12 @@ def homeless_bytes(c, grads_transient):
         homeless += left
         left, n0, n1, n2 = placed(root, 1, largest, b0, n0, b1, n1, b2, n2)
         homeless += left
-    settled = 0  # the states that found a freed block
-    for k in range(4):
+    settled = 0  # the states that found a freed block (all of them, by kind)
+    for k in range(5):
         shard = ceil_div(numels[k], shards) * state
         left, n0, n1, n2 = placed(shard, counts[k] * states, largest, b0, n0, b1, n1, b2, n2)
         settled += shard * counts[k] * states - left
-    for k in range(4):
+    for k in range(5):
         shard = ceil_div(numels[k], shards) * state
         left, n0, n1, n2 = placed(shard, counts[k] * buffers, largest, b0, n0, b1, n1, b2, n2)
         homeless += left
