@@ -29,9 +29,9 @@ def test_gpt2_xl_under_autocast_leaves_most_gradients_and_adamw_buffers_homeless
     gradients = embedding + (96 - 20) * ffn + 48 * qkv
     buffers = embedding + 96 * ffn + 48 * qkv
     settled = 2 * 48 * out  # both moments of every out-projection, for good: the next forward takes the homeless'
-    assert homeless_bytes(c, True) == gradients + buffers - settled
+    assert homeless_bytes(c, True, 2**40) == gradients + buffers - settled
     # gradients kept between steps (zero_grad = zeros, accumulation): the moments take the 20 places instead
-    assert homeless_bytes(c, False) == buffers - (settled + 20 * ffn)
+    assert homeless_bytes(c, False, 2**40) == buffers - (settled + 20 * ffn)
 
 
 def test_fsdp2_with_its_states_on_the_host_keeps_the_root_gradients_reduce_scatter_input_beside_the_forward():
@@ -41,7 +41,7 @@ def test_fsdp2_with_its_states_on_the_host_keeps_the_root_gradients_reduce_scatt
     c = config(**(GPT2_XL | dict(framework="fsdp", n_gpus=8, zero_stage=3, offload="optimizer_params")))
     root = 4 * (50_257 * 1_600 + 2 * 1_600)
     assert 4 * (12 * 1_600**2 + 13 * 1_600) < 4 * 1_024 * 50_257 < root
-    assert homeless_bytes(c, True) == root
+    assert homeless_bytes(c, True, 2**40) == root
 
 
 @pytest.mark.parametrize("overrides", [
@@ -57,7 +57,7 @@ def test_fsdp2_with_its_states_on_the_host_keeps_the_root_gradients_reduce_scatt
 def test_where_the_freed_blocks_take_them_or_the_picture_is_not_modelled(overrides):
     c = config(**(GPT2_XL | overrides))
     want_some = overrides == dict(optimizer_impl="fused")  # ... but not the embedding's 321 MB gradient
-    assert (homeless_bytes(c, True) > 0) == want_some
+    assert (homeless_bytes(c, True, 2**40) > 0) == want_some
 
 
 def test_the_replayed_reserve_of_gpt2_xl_and_of_a_chunked_loss():

@@ -116,16 +116,19 @@ def into_blocks(size, count, block, blocks):
 
 
 @formula
-def placed(size, count, largest_activation, b0, n0, b1, n1, b2, n2):
-    """Place `count` blocks of `size`: into a layer's freed activation blocks where no larger than the largest, else
-    into the free blocks b0 <= b1 <= b2 (n0, n1, n2 of them), smallest first. Returns the bytes that find no block
-    and the free blocks left (n0, n1, n2)."""
-    if count == 0 or size == 0 or size <= largest_activation:
-        return 0, n0, n1, n2
+def placed(size, count, largest_activation, room, b0, n0, b1, n1, b2, n2):
+    """Place `count` blocks of `size`: into a layer's freed activation blocks where no larger than the largest, while
+    their `room` (bytes) lasts, then into the free blocks b0 <= b1 <= b2 (n0, n1, n2 of them), smallest first.
+    Returns the bytes that find no block, the room and the free blocks left."""
+    if count == 0 or size == 0:
+        return 0, room, n0, n1, n2
+    if size <= largest_activation:
+        taken = min(count, room // size)
+        count, room = count - taken, room - taken * size
     count, n0 = into_blocks(size, count, b0, n0)
     count, n1 = into_blocks(size, count, b1, n1)
     count, n2 = into_blocks(size, count, b2, n2)
-    return count * size, n0, n1, n2
+    return count * size, room, n0, n1, n2
 
 
 @formula
@@ -158,12 +161,13 @@ def smallest_first(x, y, z):
 
 
 @formula
-def homeless_bytes(c, grads_transient):
-    """The bytes the step's parameter-shaped blocks add to the reserve beside forward's and backward's blocks, 0 where
-    not modelled. In the order the first step makes them: the gradients (made every step: `grads_transient`) take
-    the freed blocks they fit, then the optimizer's states, then its step's state-sized buffers; what finds none
-    makes segments of its own. A state that settled in a freed block holds it for good, so the next forward's blocks
-    go where the homeless gradients and buffers were, which are free by then: those segments count once."""
+def homeless_bytes(c, grads_transient, freed):
+    """The bytes the step's parameter-shaped blocks add to the reserve beside forward's and backward's blocks (those
+    holding `freed` bytes at their peak), 0 where not modelled. In the order the first step makes them: the gradients
+    (made every step: `grads_transient`) take the freed blocks they fit, then the optimizer's states, then its step's
+    state-sized buffers; what finds none makes segments of its own. A state that settled in a freed block holds it for
+    good, so the next forward's blocks go where the homeless gradients and buffers were, which are free by then: those
+    segments count once."""
     if not modelled(c):
         return 0
     grad = grad_bytes_per_param(c) if grads_transient and not fsdp(c) else 0  # FSDP's go to their own stream
@@ -187,28 +191,31 @@ def homeless_bytes(c, grads_transient):
     first, second, cast = loss_blocks(c)
     (b0, n0), (b1, n1), (b2, n2) = smallest_first(first, second, cast)  # best fit
     largest = activation_block_bytes(c)
+    # the activation blocks' room: what forward and backward hold at their peak (`freed`, free by the optimizer
+    # step) less the loss's blocks and the head's copy, counted as blocks of their own
+    room = max(0, freed - b0 * n0 - b1 * n1 - b2 * n2)
     # by kind: the embedding's, the fused gate_up's, the FFN's, attention's (in the usual dims the largest first)
     numels = (c.vocab * h, 2 * h * c.d_ff, h * c.d_ff, attention, other)
     grad_counts = (grad_embeddings, gate_up, ffn, attention_count, other_count)
     counts = (embeddings, gate_up, ffn, attention_count, other_count)
     homeless = 0
     for k in range(5):
-        left, n0, n1, n2 = placed(numels[k] * grad, grad_counts[k], largest, b0, n0, b1, n1, b2, n2)
+        left, room, n0, n1, n2 = placed(numels[k] * grad, grad_counts[k], largest, room, b0, n0, b1, n1, b2, n2)
         homeless += left
     if fsdp(c):  # the root's reduce-scatter input, and a block's, whose one segment every block reuses
         root, block = reduce_scatter_inputs(c)
-        left, n0, n1, n2 = placed(block, 1, largest, b0, n0, b1, n1, b2, n2)
+        left, room, n0, n1, n2 = placed(block, 1, largest, room, b0, n0, b1, n1, b2, n2)
         homeless += left
-        left, n0, n1, n2 = placed(root, 1, largest, b0, n0, b1, n1, b2, n2)
+        left, room, n0, n1, n2 = placed(root, 1, largest, room, b0, n0, b1, n1, b2, n2)
         homeless += left
     settled = 0  # the states that found a freed block (all of them, by kind)
     for k in range(5):
         shard = ceil_div(numels[k], shards) * state
-        left, n0, n1, n2 = placed(shard, counts[k] * states, largest, b0, n0, b1, n1, b2, n2)
+        left, room, n0, n1, n2 = placed(shard, counts[k] * states, largest, room, b0, n0, b1, n1, b2, n2)
         settled += shard * counts[k] * states - left
     for k in range(5):
         shard = ceil_div(numels[k], shards) * state
-        left, n0, n1, n2 = placed(shard, counts[k] * buffers, largest, b0, n0, b1, n1, b2, n2)
+        left, room, n0, n1, n2 = placed(shard, counts[k] * buffers, largest, room, b0, n0, b1, n1, b2, n2)
         homeless += left
     return max(0, homeless - settled)
 
@@ -220,7 +227,7 @@ def steady_reserved_bytes(c, allocated, churn, kept, grads_live):
     recomputation's pinned segments and FSDP's stream pools, `grads_live` whether the gradients outlive the step
     there): that peak with its churn's slack, and the parameter-shaped blocks no freed block takes; 0 where none is
     homeless (or not modelled), and the step's reserve is then the usual one."""
-    homeless = homeless_bytes(c, not grads_live)
+    homeless = homeless_bytes(c, not grads_live, churn)
     if homeless == 0:
         return 0
     return allocated + allocator_slack_bytes(churn, 0, 0) + kept + homeless
