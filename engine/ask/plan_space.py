@@ -13,8 +13,10 @@ configuration); each searched input is an axis, and inputs that only make sense 
     precision   the user's and the others of its 16-bit family, fp8 where the GPU has fp8 tensor cores
     framework   pytorch, fsdp, deepspeed, megatron (data/frameworks.toml)
     activation_offload: off and on
-    optimizer_impl fused, attention flash: the lightest, and no slower than the others (time.py has one rate for
-                every attention kernel and optimizer step); plan.py puts the user's back where it still fits
+    optimizer_impl fused, attention flash, allocator expandable: the lightest, and no slower than the others
+                (time.py has one rate for every attention kernel and optimizer step; expandable segments reserve
+                1/16 of the churn where the default allocator may keep whole segments beside it, param_blocks.py
+                and overhead.py); plan.py puts the user's back where it still fits
 
 One grid per (n_gpus, dp): with dp fixed, the (micro_batch, grad_accum) pairs that make the global batch are the
 same for every layout, so the batch is a step-level axis and the kernel evaluates each layout's model states
@@ -50,7 +52,7 @@ LAYOUT = ["tp", "pp", "cp", "ep", "pp_schedule", "vpp", "sp", "loss_parallel"]
 SEARCHED = ["n_gpus", "dp", "tp", "pp", "cp", "ep", "pp_schedule", "vpp", "sp", "zero_stage", "offload",
             "checkpointing", "checkpoint_every", "micro_batch", "grad_accum", "precision", "framework",
             "optimizer_impl", "loss_impl", "loss_chunks", "loss_parallel", "attention", "activation_offload",
-            "lora_rank", "base_quant"]
+            "lora_rank", "base_quant", "allocator"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def shared_axes(rec, method: str) -> tuple[dict, dict]:
     axes["framework"] = user_first(list(FRAMEWORKS), user["framework"])
     axes["optimizer_impl"] = ["fused"]
     axes["attention"] = ["flash"]
+    axes["allocator"] = ["expandable"]
     axes["activation_offload"] = user_first([False, True], user["activation_offload"])
     return axes, links
 
