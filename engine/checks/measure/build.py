@@ -5,6 +5,7 @@ forward and backward are the ones users train):
 
     ffn_type  norm_type  linear_bias  ->  class
     gelu      layernorm  all              GPT2LMHeadModel   (GPT2Config, n_inner = d_ff, gelu_new)
+    gelu      layernorm  all, no LM head  BertForSequenceClassification (BertConfig, 2 labels: an encoder)
     swiglu    rmsnorm    none | all       LlamaForCausalLM  (attention_bias = mlp_bias = (all))
     swiglu    rmsnorm    qkv              Qwen2ForCausalLM  (bias on q, k, v only)
 
@@ -38,10 +39,11 @@ LORA_TARGETS = {
     },
 }
 LORA_TARGETS["qwen2"] = LORA_TARGETS["llama"]
-MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "bert": "BertForSequenceClassification", "llama": "LlamaForCausalLM",
+               "qwen2": "Qwen2ForCausalLM",
                "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
-BLOCKS = ("GPT2Block", "LlamaDecoderLayer", "Qwen2DecoderLayer", "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
+BLOCKS = ("GPT2Block", "BertLayer", "LlamaDecoderLayer", "Qwen2DecoderLayer", "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
           "Qwen3MoeDecoderLayer", "DeepseekV3DecoderLayer")
 
 
@@ -56,8 +58,11 @@ def architecture(c: dict) -> str:
         return _moe_architecture(c)
     if ffn == "gelu" and norm == "layernorm":
         if bias != "all":
-            raise UserError(f"GPT-2 (gelu + layernorm) always has biases: linear_bias must be 'all', not {bias!r}")
-        return "gpt2"
+            raise UserError(f"GPT-2 and BERT (gelu + layernorm) always have biases: linear_bias must be 'all', not "
+                            f"{bias!r}")
+        return "gpt2" if c.get("lm_head", True) else "bert"
+    if not c.get("lm_head", True):
+        raise UserError("an encoder (lm_head = false) is measured as BERT: ffn_type='gelu' with norm_type='layernorm'")
     if ffn == "swiglu" and norm == "rmsnorm":
         return "qwen2" if bias == "qkv" else "llama"
     raise UserError(f"no Hugging Face architecture measured for ffn_type={ffn!r} with norm_type={norm!r} "
@@ -144,6 +149,21 @@ def _gpt2_config(c: dict):
         attn_implementation=ATTN_IMPLEMENTATION[c["attention"]])
 
 
+def _bert_config(c: dict):
+    """BERT's encoder with a 2-label classification head (the HF docs' BertForSequenceClassification runs)."""
+    from transformers import BertConfig
+
+    if c["n_kv_heads"] != c["n_heads"] or c["d_model"] % c["n_heads"]:
+        raise UserError("BERT has plain multi-head attention: n_kv_heads = n_heads, head_dim = d_model / n_heads")
+    if c["n_positions"] < c["seq_len"]:
+        raise UserError(f"BERT learns n_positions={c['n_positions']} positions: seq_len {c['seq_len']} does not fit")
+    p = c["dropout"]
+    return BertConfig(vocab_size=c["vocab"], hidden_size=c["d_model"], num_hidden_layers=c["n_layers"],
+                      num_attention_heads=c["n_heads"], intermediate_size=c["d_ff"], hidden_act="gelu",
+                      hidden_dropout_prob=p, attention_probs_dropout_prob=p, max_position_embeddings=c["n_positions"],
+                      num_labels=2, attn_implementation=ATTN_IMPLEMENTATION[c["attention"]])
+
+
 def _llama_config(c: dict, arch: str):
     from transformers import LlamaConfig, Qwen2Config
 
@@ -175,7 +195,7 @@ def build_model(c: dict, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
         if arch in MOE_ARCHITECTURES:
             cfg = _moe_config(c, arch)
         else:
-            cfg = _gpt2_config(c) if arch == "gpt2" else _llama_config(c, arch)
+            cfg = {"gpt2": _gpt2_config, "bert": _bert_config}.get(arch, lambda c: _llama_config(c, arch))(c)
         cls = getattr(tf, MODEL_CLASS[arch])
         old = torch.get_default_dtype()
         torch.set_default_dtype(dtype)

@@ -116,9 +116,8 @@ def _check(c: dict) -> None:
             raise UserError(f"{k}={c[k]!r} cannot be measured here (no code path runs it on this machine)")
     if not 0.0 <= c["dropout"] < 1.0:
         raise UserError(f"dropout must be in [0, 1), not {c['dropout']}")
-    if not c["lm_head"]:  # BertForSequenceClassification and other encoders would be measured as a causal LM
-        raise UserError("lm_head=false cannot be measured here: the harness builds Hugging Face causal LMs (GPT-2, "
-                        "Llama, Qwen2, the MoE families), each with its LM head")
+    if not c["lm_head"]:  # an encoder: BertForSequenceClassification, full training of one GPU's plain step
+        _check_encoder(c)
     for k in ("n_layers", "d_model", "n_heads", "d_ff", "vocab", "seq_len", "micro_batch", "grad_accum"):
         if c[k] < 1:
             raise UserError(f"{k} must be at least 1, not {c[k]}")
@@ -127,3 +126,17 @@ def _check(c: dict) -> None:
     parallel.check(c)
     recipes.check(c)
     quantized.check(c)
+
+
+ENCODER_DEFAULTS = {"n_gpus": 1, "lora_rank": 0, "base_quant": "none", "loss_impl": "standard", "outputs_held": False,
+                    "outputs_fp32": False, "shifted_logits": False, "compile": False, "activation_offload": False,
+                    "optimizer_in_backward": False}
+
+
+def _check_encoder(c: dict) -> None:
+    """An encoder (lm_head = false) is measured as BERT with a 2-label head on one GPU, fully trained, with the plain
+    step: the recipe knobs of the LM head's loss and the other paths build causal LMs."""
+    for k, plain in ENCODER_DEFAULTS.items():
+        if k in c and c[k] != plain:
+            raise UserError(f"an encoder (lm_head = false) is measured with {k} = {plain!r} (its plain one-GPU "
+                            f"training step), not {c[k]!r}")

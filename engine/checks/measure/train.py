@@ -72,6 +72,14 @@ def returned(logits, c: dict):
     return logits.float()
 
 
+def labels_for(ids: torch.Tensor, c: dict) -> torch.Tensor:
+    """What the model is given as labels: the tokens (transformers shifts them for a causal LM), or for an encoder
+    one class of its two per sample."""
+    if c["lm_head"]:
+        return ids
+    return ids[:, 0] % 2
+
+
 def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
     """The micro-step's loss: transformers' own (``standard``), torchtune's chunked CE or Liger's fused loss;
     under ``outputs_fp32`` transformers' or the chunked loss on the logits cast as Fabric returns them."""
@@ -82,7 +90,7 @@ def _forward_loss(model, ids: torch.Tensor, c: dict) -> torch.Tensor:
         if c["outputs_fp32"]:
             logits = returned(model(input_ids=ids).logits, c)
             return base.loss_function(logits=logits, labels=ids, vocab_size=c["vocab"])
-        return model(input_ids=ids, labels=ids).loss
+        return model(input_ids=ids, labels=labels_for(ids, c)).loss
     h = base.base_model(input_ids=ids).last_hidden_state  # after the final norm, before the head
     labels = shifted_labels(ids)
     if c["loss_impl"] == "chunked":
