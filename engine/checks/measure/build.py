@@ -43,8 +43,8 @@ MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "bert": "BertForSequenceClassification
                "qwen2": "Qwen2ForCausalLM",
                "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
-BLOCKS = ("GPT2Block", "BertLayer", "LlamaDecoderLayer", "Qwen2DecoderLayer", "MixtralDecoderLayer", "Qwen2MoeDecoderLayer",
-          "Qwen3MoeDecoderLayer", "DeepseekV3DecoderLayer")
+BLOCKS = ("GPT2Block", "BertLayer", "LlamaDecoderLayer", "Qwen2DecoderLayer", "MixtralDecoderLayer",
+          "Qwen2MoeDecoderLayer", "Qwen3MoeDecoderLayer", "DeepseekV3DecoderLayer")
 
 
 MOE_ARCHITECTURES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
