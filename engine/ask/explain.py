@@ -66,6 +66,7 @@ def breakdown(result: dict) -> list[tuple[str, int]]:
     ]
 
 
+RELEASABLE = "gradients' and optimizer's own segments"  # param_blocks.py: released by the allocator before an OOM
 # What the caching allocator reserves beyond the allocated peak, by cause, with where each comes from.
 SLACK_SOURCES = {
     "rounding and fragmentation": "1/16 of the bytes that churn in a step (overhead.py allocator_slack_bytes; "
@@ -87,12 +88,10 @@ SLACK_SOURCES = {
     "training step's cache": "the training step's cached segments, kept while the evaluation's larger loss blocks "
                              "take segments of their own (levels.step_terms, evaluation.eval_segment_bytes; "
                              "RECIPES.md)",
-    "gradients' and optimizer's own segments": "the gradients and the optimizer step's buffers (under FSDP2 the "
-                                               "reduce-scatter inputs) too large for any block forward and backward "
-                                               "free, in segments of their own beside those blocks: whole free "
-                                               "segments by turns, which the allocator releases and retries with "
-                                               "before it reports out of memory (param_blocks.py; the replayed "
-                                               "traces, PARALLEL.md)",
+    RELEASABLE: "the gradients and the optimizer step's buffers (under FSDP2 the reduce-scatter inputs) too large "
+                "for any block forward and backward free, in segments of their own beside those blocks: whole free "
+                "segments by turns, which the allocator releases and retries with before it reports out of memory "
+                "(param_blocks.py; the replayed traces, PARALLEL.md)",
     "FSDP stream pools": "the sharded gradients and two neighbouring groups' all-gather buffers, cached on "
                          "FSDP's own streams (streams.py)",
 }
@@ -121,7 +120,7 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     elif rest > churn and rec.allocator == Allocator.CACHING:
         recut = min(rest, recut_bytes(rec, r, p if holds_loss else last, loss_block_bytes(rec)))
     parts = ((cause, rest - recut), ("loss blocks cut again", recut), ("recompute's pinned segments", pinned),
-             ("FSDP stream pools", streams), ("gradients' and optimizer's own segments", releasable))
+             ("FSDP stream pools", streams), (RELEASABLE, releasable))
     return [(name, size) for name, size in parts if size > 0]
 
 
@@ -183,12 +182,13 @@ def explain(case: dict) -> dict:
         "fits": bool(r["fits"] == 1),
         "usable_bytes": usable,
         "margin_bytes": usable - r["device_peak_bytes"],
-        "releasable_bytes": step_terms(rec, rank_terms(rec)).releasable_bytes if r["allocated_peak_bytes"] >= 0 else 0,
         "host_bytes": r["host_bytes"],
         "host_ram_bytes": int(host_ram_per_gpu(rec)),  # what one GPU of the job may fill on its node (0: unknown)
         "trainable_params_per_gpu": None if too_large(r) else int(trainable_params_per_gpu(rec)),
         **price_basis(case, r["gpu"], rec),
     }
+    # of the reserve, the segments the allocator releases before it runs out (the slack's part, levels.step_terms)
+    result["releasable_bytes"] = sum(p["bytes"] for p in result["allocator_slack"] if p["part"] == RELEASABLE)
     result["suggestions"] = [] if result["fits"] else suggestions(case, r)
     result["plan"] = [] if result["fits"] else combined(case, r)
     result["framework_peaks_bytes"] = framework_peaks(case, rec) if result["valid"] and not too_large(r) else {}

@@ -8,7 +8,7 @@ block of its stream at least as large, splitting it, and makes a new segment onl
 freed, the saved activations and the loss's blocks, only where those are as large: a layer's activation blocks, or
 the 20 MiB segments requests of 1 to 10 MiB share (`kLargeBuffer`, `kMinLargeAlloc`), take the matrices no larger
 than them; the loss's blocks (the fp32 logits, the 16-bit logits, a chunk) and autocast's 16-bit copy of the
-embedding take the rest, each as many as fit, the largest first (the embedding's, then the FFN's, then
+head's weight take the rest, each as many as fit, the largest first (the embedding's, then the FFN's, then
 attention's), in the order the first step makes them: the gradients, the optimizer's states (torch.zeros_like in
 `_init_group`), the step's buffers. What finds no freed block makes segments of its own, and from the second step on
 every kind of block goes back to the free blocks of its own size (best fit), so the reserve holds the forward's and
