@@ -145,15 +145,17 @@ def stage_cast_bytes(c, r, rank):
 @formula
 def saved_cast_bytes(c, r, rank, last):
     """The weight casts the matmuls saved for backward, alive until each layer's backward: every one without
-    recomputation; under full recomputation only the layers left unchecked keep theirs (a checkpointed layer's
-    forward saves nothing, and its recomputation casts again); none under selective_op; under activation_offload
-    only the head's (outside the offloading context: the decoder's went to host)."""
+    recomputation; under full recomputation the head's (no checkpoint wraps it) and those of the layers left
+    unchecked (a checkpointed layer's forward saves nothing, and its recomputation casts again); none under
+    selective_op; under activation_offload only the head's (outside the offloading context: the decoder's went
+    to host)."""
     if c.activation_offload:
         return head_cast_bytes(c) if last else 0
     casts = stage_cast_bytes(c, r, rank)
     if c.checkpointing == Ckpt.FULL:
+        head = min(head_cast_bytes(c), casts) if last else 0
         layers = evaluated_layers(c, r, rank)
-        return ceil_div(casts * (layers - checkpointed_layers(c, layers)), max(layers, 1))
+        return head + ceil_div((casts - head) * (layers - checkpointed_layers(c, layers)), max(layers, 1))
     return 0 if c.checkpointing == Ckpt.SELECTIVE_OP else casts
 
 

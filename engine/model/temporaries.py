@@ -87,8 +87,10 @@ def autocast_cache_bytes(c, params):
 
 @formula
 def head_cast_bytes(c):
-    """The LM head's share of the autocast cache: its V·h weight cast to 16 bits, saved by the head's matmul."""
-    if not c.lm_head or autocast_cache_bytes(c, c.vocab * c.d_model + c.n_positions * c.d_model) == 0:
+    """The LM head's share of the autocast cache: its V·h weight cast to 16 bits, saved by the head's matmul. (Asked
+    of autocast_cache_bytes with the head beside the lookup tables it never casts: an untied embedding's, positions.)"""
+    head_and_lookups = (1 if c.tied_embeddings else 2) * c.vocab * c.d_model + c.n_positions * c.d_model
+    if not c.lm_head or autocast_cache_bytes(c, head_and_lookups) == 0:
         return 0
     return 2 * ceil_div(c.vocab * c.d_model, c.tp)
 
