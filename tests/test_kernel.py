@@ -51,7 +51,7 @@ def random_case(rng) -> dict:
         optimizer_in_backward=pick([True, False]), loss_chunks=pick([1, 8, 64]), checkpoint_every=pick([1, 2, 3]),
         activation_offload=pick([True, False]), compile=pick([True, False]), loss_parallel=pick([True, False]),
         compile_loss=pick([True, False]), shifted_logits=pick([True, False]), outputs_held=pick([True, False]),
-        outputs_fp32=pick([True, False]),
+        outputs_fp32=pick([True, False]), softmax_saves_input=pick([True, False]),
         quant_lm_head=pick([True, False]), quant_saves_input=pick([True, False]), eval_micro_batch=pick([0, 0, 8, 64]),
         reduce_bucket_size=pick([0, 0, 4096 * 4096]), overlap_comm=pick([True, False]),
     )

@@ -115,7 +115,7 @@ def test_an_encoder_is_measured_as_bert_and_memsim_counts_its_step():
     """lm_head = false builds BertForSequenceClassification (a 2-label head): HF's BERT-large rows
     (data/golden/hardware.csv hf-bert-01, -04) as the harness runs them today, in fp32 and under fp16 autocast, eager
     attention with dropout, transformers' for-loop AdamW, gradients zeroed in place: memsim's allocated peak within
-    1% (+0.7%, +0.1%; the 2021 stack of those rows held more, README "Accuracy")."""
+    1% (+0.7%, +0.1%; the January 2022 stack of those rows kept the softmax inputs too: test_softmax_saves_input.py)."""
     from engine.cli.measure import measure_table
 
     bert = dict(model="bert-large-uncased", optimizer="adamw", optimizer_impl="forloop", zero_grad="zeros",

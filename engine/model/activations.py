@@ -15,7 +15,8 @@ training steps (data/measured/, `memsim measure`; per-layer anatomy in data/meas
     q, k, v; out-proj input       a*d, a*d, a*d, a*d (k, v expanded   same; flash keeps k, v unexpanded (g*d) and an
                                   to every head)                      fp32 logsumexp; sdpa_math upcasts q, k, v to fp32
     scores (eager, sdpa_math)     softmax a*s + dropout mask + out    softmax in fp32 (Llama; GPT-2 in its dtype
-                                                                      unless autocast), then mask + out or a cast
+                                                                      unless autocast), then mask + out or a cast;
+                                                                      PyTorch < 1.11: its input too (eager)
     FFN intermediates             GeLU: f in + f out; SwiGLU: 2f + f  GeLU f + f; gelu_new (GPT-2) five tensors;
                                                                       SwiGLU gate, silu, up, product: 4f
     dropout masks                 h after attention, h after the FFN  same (1-byte bool masks on CUDA)
@@ -342,9 +343,18 @@ def scores_bytes_per_key(c):
     if c.attention == Attn.SDPA_MATH:
         return a * (4 + (5 if dropout else 0))
     softmax = 4 if c.softmax_fp32 or autocast(c) else e
+    kept_input = softmax_input_bytes(c) if c.softmax_saves_input else 0
     if dropout:
-        return a * (softmax + 1 + e)  # mask + dropped probabilities in the value dtype
-    return a * (softmax + (e if softmax != e else 0))  # the cast back to the value dtype, for p @ v
+        return a * (softmax + 1 + e + kept_input)  # mask + dropped probabilities in the value dtype
+    return a * (softmax + (e if softmax != e else 0) + kept_input)  # the cast back to the value dtype, for p @ v
+
+
+@formula
+def softmax_input_bytes(c):
+    """The scores as the softmax kernel takes them, what PyTorch before 1.11 kept on its node (softmax_saves_input):
+    fp32 under autocast (softmax is on its fp32 list), else the compute dtype (a `dtype=torch.float32` argument
+    upcasts inside the kernel, so the input stays 16-bit)."""
+    return 4 if autocast(c) else compute_bytes(c)
 
 
 @formula

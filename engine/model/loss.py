@@ -106,7 +106,8 @@ def loss_backward_bytes(c):
 
     standard: the saved fp32 log-probs, the nll gradient and log_softmax's input gradient, 12 bytes per token
     and vocabulary entry (measured: the peak op is _log_softmax_backward_data); the logits themselves are gone
-    once the training loop drops the outputs. Megatron computes the gradient in place in its saved buffer,
+    once the training loop drops the outputs, except with PyTorch before 1.11 (softmax_saves_input), whose
+    log_softmax node keeps its fp32 input: 16 bytes. Megatron computes the gradient in place in its saved buffer,
     then casts it to 16 bits.
     chunked: autograd runs every chunk's cross-entropy backward before any chunk's head backward (the loss
     nodes are the newest), so the larger of the first chunk's (all log-probs, two fp32 chunk gradients) and
@@ -133,6 +134,8 @@ def loss_backward_bytes(c):
         weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
         all_dlogits = ceil_div(returned_logits_bytes(c) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
+    if c.softmax_saves_input:  # PyTorch < 1.11: log_softmax's node keeps its fp32 input until its backward has run
+        return 4 * fp32_logits_bytes(c)
     return 3 * fp32_logits_bytes(c)
 
 

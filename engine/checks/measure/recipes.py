@@ -16,13 +16,14 @@ implementation, zero_grad, optimizer implementation, optimizer in backward) is `
     outputs_held             train._held_forward_loss      the last micro-step's logits kept until the next forward
     outputs_fp32             train.returned                the logits cast to fp32 as Lightning Fabric returns them
     shifted_logits           train._shifted_logits/_loss   transformers < 4.46's fp32 logits and shifted-logits loss
+    softmax_saves_input      step_context                  PyTorch < 1.11: softmax nodes keep their input (recipe_softmax)
     compile                  refused                       see ``COMPILE_REFUSAL`` (recipe_compile traces the saved set)
     precision=fp8            wrap_model + step_context     torchao Float8Linear, torchtitan's recipe (recipe_fp8)
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 from engine.errors import UserError
 
@@ -79,6 +80,9 @@ def check(c: dict) -> None:
     if c["shifted_logits"] and (c["loss_impl"] != "standard" or not data_parallel_only):
         raise UserError("shifted_logits is measured with loss_impl='standard' (transformers' own loss) on one device "
                         "or data parallelism alone")
+    if c["softmax_saves_input"] and (c["loss_impl"] != "standard" or parallel.needs_world(c)):
+        raise UserError("softmax_saves_input is measured with loss_impl='standard' on one device (PyTorch before 1.11 "
+                        "had neither the chunked nor the fused losses)")
     if c["outputs_fp32"] and c["loss_impl"] not in ("standard", "chunked"):
         raise UserError("outputs_fp32 is measured with loss_impl 'standard' or 'chunked' (a fused loss returns no "
                         "logits)")
@@ -106,7 +110,13 @@ def wrap_model(model, c: dict):
 
 
 def step_context(c: dict):
-    """A context entered around both training steps: fp8's wrapper tensors kept out of the tracker."""
-    from engine.checks.measure import recipe_fp8
+    """A context entered around both training steps: fp8's wrapper tensors kept out of the tracker; PyTorch before
+    1.11's softmax nodes."""
+    from engine.checks.measure import recipe_fp8, recipe_softmax
 
-    return recipe_fp8.wrappers_untracked() if c["precision"] == "fp8" else nullcontext()
+    stack = ExitStack()
+    if c["precision"] == "fp8":
+        stack.enter_context(recipe_fp8.wrappers_untracked())
+    if c["softmax_saves_input"]:
+        stack.enter_context(recipe_softmax.kept_inputs())
+    return stack
