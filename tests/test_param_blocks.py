@@ -8,7 +8,7 @@ import pytest
 from engine.ask.explain import explain, render
 from engine.checks.reserved import reserved_results
 from engine.checks.validate import MEASURED_DIR
-from engine.model.param_blocks import activation_block_bytes, homeless_bytes
+from engine.model.param_blocks import activation_block_bytes, homeless_bytes, stage_homeless_bytes
 from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 from tests.support import config
 
@@ -42,6 +42,21 @@ def test_fsdp2_with_its_states_on_the_host_keeps_the_root_gradients_reduce_scatt
     root = 4 * (50_257 * 1_600 + 2 * 1_600)
     assert 4 * (12 * 1_600**2 + 13 * 1_600) < 4 * 1_024 * 50_257 < root
     assert homeless_bytes(c, True, 2**40) == root
+
+
+def test_each_pipeline_stage_has_its_own_blocks_the_first_its_embeddings_the_last_its_head_and_loss():
+    # GPT-2 XL's 48 layers on 4 stages of 12, gradients kept through accumulation (AdamW's moments and foreach buffer
+    # only): the first stage's embedding-sized buffer finds no block (no loss there) and its moments none either;
+    # its layers' moments settle where the out-projections' and FFN's fit, as on one stage
+    c = config(**(GPT2_XL | dict(n_gpus=4, pp=4, grad_accum=4)))
+    embedding, ffn, qkv, out = 50_257 * 1_600 * 4, 1_600 * 6_400 * 4, 1_600 * 4_800 * 4, 1_600 * 1_600 * 4
+    buffers = 24 * ffn + 12 * qkv  # a stage's layers: FFN blocks fit no activation block, qkv neither (above)
+    settled = 2 * 12 * out
+    assert stage_homeless_bytes(c, False, 2**40, 12, True, False) == embedding + buffers - settled
+    assert stage_homeless_bytes(c, False, 2**40, 12, False, False) == buffers - settled  # a middle stage
+    # the last stage: its (tied) head's copy of the embedding, and the loss's blocks take FFN buffers as on one stage
+    last = stage_homeless_bytes(c, False, 2**40, 12, False, True)
+    assert last < embedding + buffers - settled
 
 
 @pytest.mark.parametrize("overrides", [

@@ -34,14 +34,16 @@ from engine.model.loss import loss_block_bytes
 
 def rank_reserved(result: dict, row: dict) -> int:
     """memsim's reserved peak for the rank a row measured (validate.measured_stage: that stage's allocated peak and
-    slack, the loss-sized block on the last), else the most loaded rank's (reserved_peak_bytes)."""
+    slack, the loss-sized block on the last, or its steady reserve with the homeless segments where larger), else the
+    most loaded rank's (reserved_peak_bytes)."""
     stage = measured_stage(result, row)
     if stage is None:
         return result["reserved_peak_bytes"]
     peak, is_last = stage
     record = result["record"]
     block = loss_block_bytes(record) if is_last and record.allocator == Allocator.CACHING else 0
-    return int(peak.allocated_bytes + stage_slack_bytes(record, rank_terms(record), peak, block))
+    reserved = peak.allocated_bytes + stage_slack_bytes(record, rank_terms(record), peak, block)
+    return int(max(reserved, peak.steady_bytes))  # the homeless segments, as levels.step_terms adds them
 
 
 def reserved_results(rows: list[dict] | None = None) -> list[dict]:

@@ -29,10 +29,12 @@ stream is its reduce-scatter input, the group's unsharded gradients in the reduc
 optimizer on the host no state settles in the freed blocks to make it count once (the traced FSDP2 steps with
 offload: PARALLEL.md).
 
-Modelled where the picture is that simple: one pipeline stage, no tensor parallelism (TP's gathered inputs and
-DTensor's redistributions are blocks not listed here), parameters whole on the rank or sharded by FSDP2 (ZeRO-1/2
-and DeepSpeed keep their gradients in buckets and partitions of their own), dense layers, full training with
-torch.optim, the default allocator (expandable segments grow their free tail instead of making a segment per block).
+Modelled where the picture is that simple: no tensor parallelism (TP's gathered inputs and DTensor's
+redistributions are blocks not listed here), parameters whole on the rank (each pipeline stage with its own layers,
+the first with the embedding, the last with the head and the loss's blocks) or sharded by FSDP2 on one stage
+(ZeRO-1/2 and DeepSpeed keep their gradients in buckets and partitions of their own), dense layers, full training
+with torch.optim, the default allocator (expandable segments grow their free tail instead of making a segment per
+block).
 """
 
 from engine.catalogs.conventions import (
@@ -69,11 +71,12 @@ LARGE_BUFFER_BYTES = 20 << 20  # kLargeBuffer: the segment requests of 1 to 10 M
 
 @formula
 def modelled(c):
-    """Where the parameter-shaped blocks are worked out (module docstring): whole on one rank (DDP included), or
-    sharded by FSDP2 with every micro-batch's gradients reduced."""
+    """Where the parameter-shaped blocks are worked out (module docstring): whole on one rank (DDP included; each
+    pipeline stage its own layers, the first its embedding, the last its head and loss), or sharded by FSDP2 on one
+    stage with every micro-batch's gradients reduced."""
     whole = c.zero_stage == 0 and not offloads_optimizer(c)
-    sharded = fsdp(c) and not accumulates_unsharded(c)
-    return (has_dims(c) and c.pp == 1 and c.tp == 1 and (whole or sharded) and n_moe_layers(c) == 0
+    sharded = fsdp(c) and not accumulates_unsharded(c) and c.pp == 1
+    return (has_dims(c) and c.tp == 1 and (whole or sharded) and n_moe_layers(c) == 0
             and c.lora_rank == 0 and trains(c) and FRAMEWORK_TORCH_OPTIMIZER[c.framework]
             and not c.optimizer_in_backward and c.allocator == Allocator.CACHING)
 
@@ -162,12 +165,19 @@ def smallest_first(x, y, z):
 
 @formula
 def homeless_bytes(c, grads_transient, freed):
+    """stage_homeless_bytes of the whole model on one stage."""
+    return stage_homeless_bytes(c, grads_transient, freed, c.n_layers, True, True)
+
+
+@formula
+def stage_homeless_bytes(c, grads_transient, freed, layers, first, last):
     """The bytes the step's parameter-shaped blocks add to the reserve beside forward's and backward's blocks (those
-    holding `freed` bytes at their peak), 0 where not modelled. In the order the first step makes them: the gradients
-    (made every step: `grads_transient`) take the freed blocks they fit, then the optimizer's states, then its step's
-    state-sized buffers; what finds none makes segments of its own. A state that settled in a freed block holds it for
-    good, so the next forward's blocks go where the homeless gradients and buffers were, which are free by then: those
-    segments count once."""
+    holding `freed` bytes at their peak), 0 where not modelled, on a pipeline stage of `layers` layers (the `first`
+    holds the embedding, the `last` the head and the loss's blocks). In the order the first step makes them: the
+    gradients (made every step: `grads_transient`) take the freed blocks they fit, then the optimizer's states, then
+    its step's state-sized buffers; what finds none makes segments of its own. A state that settled in a freed block
+    holds it for good, so the next forward's blocks go where the homeless gradients and buffers were, which are free
+    by then: those segments count once."""
     if not modelled(c):
         return 0
     grad = grad_bytes_per_param(c) if grads_transient and not fsdp(c) else 0  # FSDP's go to their own stream
@@ -178,18 +188,22 @@ def homeless_bytes(c, grads_transient, freed):
     if offloads_optimizer(c) or c.paged:  # on the host, or in bitsandbytes' paged (managed) memory: not in the cache
         states, buffers = 0, 0
     h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
-    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * c.n_layers  # gate, up, down (or up, down): h x f each
+    ffn = (3 if c.ffn_type == FFN.SWIGLU else 2) * layers  # gate, up, down (or up, down): h x f each
     gate_up = 0  # Phi-3's fused gate_up_proj, one 2f x h matrix (fused_projections), beside the down projection
     if c.fused_projections and c.ffn_type == FFN.SWIGLU:
-        ffn, gate_up = c.n_layers, c.n_layers
-    embeddings = 2 if c.lm_head and not c.tied_embeddings else 1
-    grad_embeddings = embeddings - (1 if head_gradient_bytes(c) > 0 else 0)  # a fused loss makes the head's in forward
+        ffn, gate_up = layers, layers
+    # the embedding on the first stage, an untied head on the last (under a pipeline a tied one too: its own copy)
+    head = 1 if last and c.lm_head and (not c.tied_embeddings or c.pp > 1) else 0
+    embeddings = (1 if first else 0) + head
+    grad_embeddings = embeddings - (1 if last and head_gradient_bytes(c) > 0 else 0)  # a fused loss: head's in forward
     if c.fused_projections:
-        attention, attention_count, other, other_count = h * (a + 2 * g) * d, c.n_layers, h * a * d, c.n_layers
+        attention, attention_count, other, other_count = h * (a + 2 * g) * d, layers, h * a * d, layers
     else:
-        attention, attention_count, other, other_count = h * a * d, 2 * c.n_layers, h * g * d, 2 * c.n_layers
-    first, second, cast = loss_blocks(c)
-    (b0, n0), (b1, n1), (b2, n2) = smallest_first(first, second, cast)  # best fit
+        attention, attention_count, other, other_count = h * a * d, 2 * layers, h * g * d, 2 * layers
+    first_blocks, second, cast = loss_blocks(c)
+    if not last:  # the loss and the head's cast are the last stage's
+        first_blocks, second, cast = (0, 0), (0, 0), (0, 0)
+    (b0, n0), (b1, n1), (b2, n2) = smallest_first(first_blocks, second, cast)  # best fit
     largest = activation_block_bytes(c)
     # the activation blocks' room: what forward and backward hold at their peak (`freed`, free by the optimizer
     # step) less the loss's blocks and the head's copy, counted as blocks of their own
@@ -221,13 +235,14 @@ def homeless_bytes(c, grads_transient, freed):
 
 
 @formula
-def steady_reserved_bytes(c, allocated, churn, kept, grads_live):
+def steady_reserved_bytes(c, allocated, churn, kept, grads_live, layers, first, last):
     """What the step reserves once every kind of block has segments of its own (module docstring), from the larger
     of its forward and backward peaks (`allocated`, `churn` of it activations and temporaries, `kept` the
     recomputation's pinned segments and FSDP's stream pools, `grads_live` whether the gradients outlive the step
-    there): that peak with its churn's slack, and the parameter-shaped blocks no freed block takes; 0 where none is
-    homeless (or not modelled), and the step's reserve is then the usual one."""
-    homeless = homeless_bytes(c, not grads_live, churn)
+    there) on a stage of `layers` layers, `first` and `last` or not: that peak with its churn's slack, and the
+    parameter-shaped blocks no freed block takes; 0 where none is homeless (or not modelled), and the step's reserve
+    is then the usual one."""
+    homeless = stage_homeless_bytes(c, not grads_live, churn, layers, first, last)
     if homeless == 0:
         return 0
     return allocated + allocator_slack_bytes(churn, 0, 0) + kept + homeless

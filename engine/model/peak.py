@@ -287,8 +287,8 @@ def stage_training_peak(c, r, layer, rank):
         best = optimizer
     fb = forward_backward
     pools = side_stream_slack_bytes(r.side_stream_bytes, r.columns.grad_bytes if fb.grads_live else 0)
-    steady = steady_reserved_bytes(c, fb.allocated_bytes, fb.activation_bytes + fb.temp_bytes,
-                                   fb.pinned_bytes + pools, fb.grads_live)
+    steady = steady_reserved_bytes(c, fb.allocated_bytes, fb.activation_bytes + fb.temp_bytes, fb.pinned_bytes + pools,
+                                   fb.grads_live, evaluated_layers(c, r, rank), rank == 0, last)
     return Peak(best.allocated_bytes, best.phase, best.activation_bytes, best.temp_bytes, best.grads_live,
                 best.saved_bytes, best.pinned_bytes, steady)
 
