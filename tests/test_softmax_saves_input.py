@@ -7,6 +7,7 @@ The byte counts are worked by hand from the mechanism (tools/autograd/derivative
 
 import pytest
 
+from engine.inputs.codes import Phase
 from engine.model.activations import scores_bytes_per_key
 from engine.model.loss import fp32_logits_bytes, loss_backward_bytes
 from tests.support import config, outputs
@@ -16,20 +17,36 @@ BERT_LARGE = dict(model="bert-large-uncased", seq_len=512, micro_batch=4, optimi
                   zero_grad="zeros", attention="eager", dropout=0.1, gpu="v100-sxm2-16gb")
 
 
-@pytest.mark.parametrize("precision, kept", [("fp32", 4), ("amp_fp16", 4), ("fp16", 2)])
-def test_eager_attention_keeps_the_scores_the_softmax_kernel_took(precision, kept):
-    # fp32 scores; under autocast the fp32 copy autocast makes for softmax; in fp16 the fp16 scores: per head,
-    # token and key
-    old, new = (config(**BERT_LARGE, precision=precision, softmax_saves_input=s) for s in (True, False))
-    assert scores_bytes_per_key(old) - scores_bytes_per_key(new) == 16 * kept
-    flash = {**BERT_LARGE, "precision": precision, "attention": "flash", "dropout": 0.0}
-    assert scores_bytes_per_key(config(**flash, softmax_saves_input=True)) == 0  # no softmax node to keep it
+@pytest.mark.parametrize("model, precision, kept", [
+    ("bert-large-uncased", "fp32", 4),
+    ("bert-large-uncased", "amp_fp16", 4),  # fp16 scores plus the fp32 extended attention mask: fp32
+    ("bert-large-uncased", "fp16", 2),  # fp16 throughout, no dtype given
+    ("llama-3.2-1b", "bf16", 4),  # bf16 scores given dtype=torch.float32: converted first, the copy kept
+    ("llama-3.2-1b", "fp16", 2),  # fp16 scores given dtype=torch.float32: upcast inside the kernel (half_to_float)
+])
+def test_eager_attention_keeps_the_scores_as_the_softmax_kernel_took_them(model, precision, kept):
+    # per head, token and key
+    case = dict(BERT_LARGE, model=model, precision=precision)
+    old, new = (config(**case, softmax_saves_input=s) for s in (True, False))
+    heads = config(**case).n_heads
+    assert scores_bytes_per_key(old) - scores_bytes_per_key(new) == heads * kept
 
 
 def test_bert_large_batch_4_keeps_each_layers_fp32_scores_until_its_backward():
     # 24 layers x 16 heads x 512 x 512 keys x 4 samples x 4 bytes = 1.5 GiB more at the peak, which is backward's
     old, new = (outputs(config(**BERT_LARGE, precision="amp_fp16", softmax_saves_input=s)) for s in (True, False))
     assert old["allocated_peak_bytes"] - new["allocated_peak_bytes"] == 24 * 16 * 512 * 512 * 4 * 4
+
+
+def test_an_evaluation_forward_keeps_nothing_for_a_backward():
+    # torch.no_grad: no node, so nothing kept; the training step's peak still moves
+    evaluating = dict(BERT_LARGE, precision="amp_fp16", micro_batch=1, eval_micro_batch=128)
+    old, new = (outputs(config(**evaluating, softmax_saves_input=s)) for s in (True, False))
+    assert old["peak_phase"] == new["peak_phase"] == Phase.EVAL.value
+    assert old["allocated_peak_bytes"] == new["allocated_peak_bytes"]
+    training = dict(evaluating, eval_micro_batch=0)
+    old, new = (outputs(config(**training, softmax_saves_input=s)) for s in (True, False))
+    assert old["allocated_peak_bytes"] - new["allocated_peak_bytes"] == 24 * 16 * 512 * 512 * 4
 
 
 def test_the_standard_loss_keeps_its_fp32_logits_through_log_softmax_backward():

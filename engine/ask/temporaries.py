@@ -123,7 +123,7 @@ def optimizer_parts(c, r, rank, last):
 
 def eval_parts(c, r, rank, last):
     """An evaluation forward between steps (peak.eval_peak)."""
-    layer, loss = eval_layer_bytes(c, layer_bytes(c, r)), eval_loss_bytes(c) if last else 0
+    layer, loss = eval_layer_bytes(c, r, layer_bytes(c, r)), eval_loss_bytes(c) if last else 0
     work = ("evaluation loss", loss) if loss >= layer else ("evaluation layer", layer)
     return [("autocast weight casts", stage_share(c, r, rank, eval_cast_bytes(c, r))),
             ("gathered/dequantized weights", r.gather_bytes),

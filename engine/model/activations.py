@@ -343,18 +343,28 @@ def scores_bytes_per_key(c):
     if c.attention == Attn.SDPA_MATH:
         return a * (4 + (5 if dropout else 0))
     softmax = 4 if c.softmax_fp32 or autocast(c) else e
-    kept_input = softmax_input_bytes(c) if c.softmax_saves_input else 0
+    kept_input = kept_scores_bytes_per_key(c)
     if dropout:
-        return a * (softmax + 1 + e + kept_input)  # mask + dropped probabilities in the value dtype
-    return a * (softmax + (e if softmax != e else 0) + kept_input)  # the cast back to the value dtype, for p @ v
+        return a * (softmax + 1 + e) + kept_input  # mask + dropped probabilities in the value dtype
+    return a * (softmax + (e if softmax != e else 0)) + kept_input  # the cast back to the value dtype, for p @ v
 
 
 @formula
-def softmax_input_bytes(c):
-    """The scores as the softmax kernel takes them, what PyTorch before 1.11 kept on its node (softmax_saves_input):
-    fp32 under autocast (softmax is on its fp32 list), else the compute dtype (a `dtype=torch.float32` argument
-    upcasts inside the kernel, so the input stays 16-bit)."""
-    return 4 if autocast(c) else compute_bytes(c)
+def kept_scores_bytes_per_key(c):
+    """What PyTorch before 1.11 kept beside the softmax's output on its node (softmax_saves_input): the scores as the
+    kernel took them, per head, token and key, with eager attention's own softmax (not a fused kernel's, and not
+    under torch.no_grad: evaluation.py). at::softmax(x, dim, dtype) runs an fp16 x with dtype fp32 in the kernel
+    (half_to_float) and converts any other x to the dtype first (x.toType(dtype), a copy kept instead), and autocast
+    gives softmax dtype fp32 (fp32_set_opt_dtype; aten/src/ATen/native/SoftMax.cpp, autocast_mode.cpp at 1.10). So
+    4 bytes: under autocast, where the models of that era had already made the scores fp32 by adding the extended
+    attention mask in the parameters' dtype (modeling_utils.get_extended_attention_mask: `self.dtype`, fp32; an fp16
+    x with no such mask kept 2, counted as 4 on the safe side), for fp32 compute, and for bf16 scores given
+    `dtype=torch.float32` (softmax_fp32); else the compute dtype."""
+    if not c.softmax_saves_input or c.attention != Attn.EAGER or fused_kernels(c):
+        return 0
+    e = compute_bytes(c)
+    bf16_upcast = c.softmax_fp32 and e == 2 and c.precision != Precision.FP16
+    return c.n_heads * (4 if autocast(c) or e == 4 or bf16_upcast else e)
 
 
 @formula

@@ -20,10 +20,11 @@ eval_accumulation_steps it gathers every batch's logits on the GPU, which is not
 16-bit logits, their fp32 upcast and the fp32 log-probs, 10 B per token and vocabulary entry, and the hidden states).
 """
 
-from engine.model.activations import local_tokens, stream_bytes
+from engine.model.activations import kept_scores_bytes_per_key, local_tokens, stream_bytes
 from engine.model.common import ceil_div, formula
 from engine.model.loss import loss_forward_bytes
 from engine.model.params import n_moe_layers
+from engine.model.stage import attention_scores_bytes_per_token, full_layer_bytes
 
 
 @formula
@@ -38,10 +39,17 @@ def eval_scaled(c, nbytes):
 
 
 @formula
-def eval_layer_bytes(c, layer):
+def eval_layer_bytes(c, r, layer):
     """One layer's forward during evaluation: what it would keep for backward without recomputation, scores
-    included (an MoE layer's where the model has them; `layer`: stage.layer_bytes)."""
-    return eval_scaled(c, layer.moe_whole if n_moe_layers(c) > 0 else layer.dense_whole)
+    included (an MoE layer's where the model has them; `layer`: stage.layer_bytes), but what only an autograd node
+    keeps under PyTorch before 1.11, the softmax's input (softmax_saves_input: no node under torch.no_grad)."""
+    moe = n_moe_layers(c) > 0
+    whole = layer.moe_whole if moe else layer.dense_whole
+    kept = kept_scores_bytes_per_key(c) * ceil_div(c.seq_len, c.cp) * c.cp
+    if kept > 0:
+        scores = attention_scores_bytes_per_token(c, r)
+        whole -= full_layer_bytes(c, r, moe, scores) - full_layer_bytes(c, r, moe, scores - kept)
+    return eval_scaled(c, whole)
 
 
 @formula
@@ -52,9 +60,9 @@ def eval_loss_bytes(c):
 
 
 @formula
-def eval_work_bytes(c, layer, last):
+def eval_work_bytes(c, r, layer, last):
     """The larger of one layer's evaluation forward and, on the last stage, the loss's."""
-    return max(eval_layer_bytes(c, layer), eval_loss_bytes(c) if last else 0)
+    return max(eval_layer_bytes(c, r, layer), eval_loss_bytes(c) if last else 0)
 
 
 @formula

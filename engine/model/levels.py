@@ -275,7 +275,8 @@ def step_terms(c, r):
     # retries with before it reports out of memory, so they raise max_memory_reserved() more than they bring an
     # out-of-memory error closer; fits counts them, on the safe side, as it counts FSDP's stream pools (explain says
     # how much of the reserve they are: Step.releasable_bytes)
-    releasable = max(0, p.steady_bytes - p.allocated_bytes - slack)
+    steady = max(p.steady_bytes, training[0].steady_bytes, training[1].steady_bytes, training[2].steady_bytes)
+    releasable = max(0, steady - p.allocated_bytes - slack)  # on whichever stage reserves the most
     slack += releasable
     save = save_peak(c, r) if r.save_bytes > 0 else p  # a sharded save gathers nothing (save.py)
     if save.allocated_bytes > p.allocated_bytes:  # the save holds more than any step; the reserve is the larger

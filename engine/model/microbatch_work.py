@@ -15,7 +15,7 @@ E n_experts, t tp.
 import numpy as np
 
 from engine.inputs.codes import LossImpl, Precision, Quant
-from engine.model.activations import fused_kernels
+from engine.model.activations import fused_kernels, kept_scores_bytes_per_key
 from engine.model.common import formula
 from engine.model.flops import (
     attention_core_flops_per_token,
@@ -128,7 +128,8 @@ def produced_bytes(c, r, m, dense, moe):
         scores = float(r.compiled_scores_per_key) * c.seq_len
     else:
         replicated_per_token, split_per_token = r.replicated_per_token, r.split_per_token
-        scores = float(r.scores_per_key) * c.seq_len
+        # the softmax's input kept by PyTorch before 1.11 is made either way: not more work
+        scores = float(r.scores_per_key - kept_scores_bytes_per_key(c)) * c.seq_len
     replicated = replicated_per_token * (per_t if c.sp else 1.0)
     split = dense * (split_per_token + scores) + moe * (r.moe_split_per_token + scores)
     layers = m * ((dense + moe) * replicated + split * per_t)

@@ -149,14 +149,22 @@ def saved_cast_bytes(c, r, rank, last):
     unchecked (a checkpointed layer's forward saves nothing, and its recomputation casts again); none under
     selective_op; under activation_offload only the head's (outside the offloading context: the decoder's went
     to host)."""
+    head = saved_head_cast_bytes(c, r, rank, last)
     if c.activation_offload:
-        return head_cast_bytes(c) if last else 0
+        return head
     casts = stage_cast_bytes(c, r, rank)
     if c.checkpointing == Ckpt.FULL:
-        head = min(head_cast_bytes(c), casts) if last else 0
         layers = evaluated_layers(c, r, rank)
         return head + ceil_div((casts - head) * (layers - checkpointed_layers(c, layers)), max(layers, 1))
-    return 0 if c.checkpointing == Ckpt.SELECTIVE_OP else casts
+    return head if c.checkpointing == Ckpt.SELECTIVE_OP else casts
+
+
+@formula
+def saved_head_cast_bytes(c, r, rank, last):
+    """Of saved_cast_bytes, the LM head's: its matmul saves its weight's 16-bit cast, outside every checkpoint and
+    offloading context (the traced steps keep it through the layers' backward as well: the eager-attention rows of
+    data/measured/cpu_fake.csv, whose peak is a layer's)."""
+    return min(head_cast_bytes(c), stage_cast_bytes(c, r, rank)) if last else 0
 
 
 @formula
@@ -310,7 +318,7 @@ def eval_temp_bytes(c, r, layer, rank, last):
     casts = stage_share(c, r, rank, eval_cast_bytes(c, r))
     buckets = stage_share(c, r, rank, buckets_bytes(c, r, False))
     held = held_logits_bytes(c, last) + held_graph_bytes(c, evaluated_layers(c, r, rank))
-    return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, layer, last)
+    return casts + r.gather_bytes + buckets + recv_buffer_bytes(c, rank) + held + eval_work_bytes(c, r, layer, last)
 
 
 @formula
