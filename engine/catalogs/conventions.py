@@ -15,7 +15,7 @@ from engine.errors import UserError
 from engine.inputs.codes import Framework, Optimizer, OptimizerImpl, name_of
 
 OPTIMIZER_KEYS = {"source", "states", "state_bits", "block", "factored", "trains", "step"}
-STEP_KEYS = {"state_sized", "largest", "largest_fp32"}
+STEP_KEYS = {"state_sized", "largest", "largest_fp32", "upcasts_fp32"}
 FRAMEWORK_KEYS = {"source", "amp_weight_bytes", "amp_grad_bytes", "amp_master_bytes", "fused_kernels",
                   "grads_kept_from_stage", "autocast_cache", "ddp_bucket_copy", "reduce_bucket", "torch_optimizer", "step_grad_fp32",
                   "tied_grad_copies", "fp8_torchao", "fsdp_gathers",
@@ -59,6 +59,7 @@ OPTIMIZER_FACTORED = column(OPTIMIZERS, "factored", 0, np.int64)
 STEP_STATE_SIZED = step_buffers("state_sized")
 STEP_LARGEST = step_buffers("largest")
 STEP_LARGEST_FP32 = step_buffers("largest_fp32")
+STEP_UPCASTS_FP32 = step_buffers("upcasts_fp32")
 
 FRAMEWORK_AMP_WEIGHT_BYTES = column(FRAMEWORKS, "amp_weight_bytes", 4, np.int64)
 FRAMEWORK_AMP_GRAD_BYTES = column(FRAMEWORKS, "amp_grad_bytes", 4, np.int64)

@@ -17,6 +17,7 @@ from engine.catalogs.conventions import (
     STEP_LARGEST,
     STEP_LARGEST_FP32,
     STEP_STATE_SIZED,
+    STEP_UPCASTS_FP32,
 )
 from engine.inputs.codes import Attn, Precision, Quant
 from engine.model.activations import local_tokens, stream_bytes
@@ -129,7 +130,8 @@ def optimizer_step_bytes(c, trainable_params):
     if not FRAMEWORK_TORCH_OPTIMIZER[c.framework]:
         return sharded(c, FRAMEWORK_STEP_GRAD_FP32[c.framework] * n, 1, False) if is_amp(c) else 0
     largest = min(n, ceil_div(largest_layer_params(c), c.tp))
-    per_tensor = (STEP_LARGEST[o, impl] * state_bytes(c) + STEP_LARGEST_FP32[o, impl] * 4) * largest
+    fp32 = STEP_LARGEST_FP32[o, impl] + (STEP_UPCASTS_FP32[o, impl] if grad_bytes_per_param(c) == 2 else 0)
+    per_tensor = (STEP_LARGEST[o, impl] * state_bytes(c) + fp32 * 4) * largest
     if c.optimizer_in_backward:
         # torchtune optimizer_in_bwd: one optimizer per parameter, stepped in its gradient's hook, the gradient
         # freed at once: at most the largest parameter's gradient and its own step buffers exist at a time
