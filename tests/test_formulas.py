@@ -148,6 +148,15 @@ def test_offload_moves_bytes_to_the_host_without_losing_any():
     assert device_optimizer_bytes(off) == 0 and device_grad_bytes(off) == 0 and host_states_bytes(on) == 0
 
 
+@pytest.mark.parametrize("precision, fp32_buffers", [("bf16", 4), ("fp16", 4), ("fp32", 2), ("amp_bf16", 2)])
+def test_adafactor_steps_with_fp32_copies_of_a_16_bit_tensor_beside_its_update(precision, fp32_buffers):
+    # transformers' Adafactor.step, per tensor: grad.float() and p.float() of 16-bit parameters, then two
+    # update-sized fp32 tensors at once (grad**2 and + eps; the old update and _approx_sq_grad's new one). GPT-2 XL's
+    # largest tensor is its 50,257 x 1,600 embedding
+    c = config(model="gpt2-xl", optimizer="adafactor", precision=precision)
+    assert optimizer_step_bytes(c, rank_terms(c).trainable_params) == fp32_buffers * 4 * 50_257 * 1_600
+
+
 def test_peak_phase_is_optimizer_for_tiny_activations():
     c = config(model="llama-3.1-8b", seq_len=16, micro_batch=1)
     assert peak(c, rank_terms(c)).phase == 2  # Phase.OPTIMIZER: the foreach AdamW sqrt buffer on top of all states

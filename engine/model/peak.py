@@ -146,9 +146,8 @@ def stage_cast_bytes(c, r, rank):
 def saved_cast_bytes(c, r, rank, last):
     """The weight casts the matmuls saved for backward, alive until each layer's backward: every one without
     recomputation; under full recomputation the head's (no checkpoint wraps it) and those of the layers left
-    unchecked (a checkpointed layer's forward saves nothing, and its recomputation casts again); none under
-    selective_op; under activation_offload only the head's (outside the offloading context: the decoder's went
-    to host)."""
+    unchecked (a checkpointed layer's forward saves nothing, and its recomputation casts again); only the head's
+    under selective_op and under activation_offload (outside the offloading context: the decoder's went to host)."""
     head = saved_head_cast_bytes(c, r, rank, last)
     if c.activation_offload:
         return head
