@@ -1,8 +1,9 @@
 """Published references (data/golden/published.csv, from shared/reference): reproduced within each row's
 stated tolerance — exactly, to the printed rounding, for the analytical ones (ZeRO paper, DeepSpeed's
 estimator, Korthikanti's Table 2); within the row's tolerance for measured ones. Rows marked `report` are
-under-specified (no sequence length, no LoRA rank, rules of thumb): `memsim validate` shows their error,
-nothing asserts it."""
+under-specified or rules of thumb: `memsim validate` shows their error, nothing asserts it. Rows marked `quoted`
+have no memsim quantity to set beside them (dims left in an image, a hypothetical LoRA rank, input gradients at an
+unstated length): shown for context, with no error."""
 
 import csv
 
@@ -34,3 +35,15 @@ def test_catalog_n_params_equals_the_count_from_dims(key):
     entry = catalog.load_models()[key]
     c = config(model=key, n_params=0)
     assert param_count(c) == entry["n_params"]
+
+
+def test_a_quoted_figure_is_shown_with_no_memsim_number_and_no_error():
+    from engine.checks.validate import markdown
+
+    quoted = [r["case_id"] for r in ROWS if r["expect"] == "quoted"]
+    assert quoted
+    for case_id in quoted:
+        r = result(case_id)
+        assert r["memsim_gib"] is None and r["error_pct"] is None and r["ok"] is None, case_id
+    table = markdown(list(RESULTS.values()))
+    assert f"| {quoted[0]} | " in table and "quoted, not compared" in table

@@ -25,12 +25,6 @@ def source_of(case_id: str) -> str:
     return SOURCES[case_id.split("-")[0]]
 
 
-def extra_inputs(text: str) -> dict:
-    """The `extra_inputs` cell, `key=value; key=value`: CONFIG.md inputs the shared columns have no place for."""
-    pairs = [part.split("=", 1) for part in text.split(";") if part.strip()]
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
 def hardware_rows(sources: set[str] | None = None) -> list[dict]:
     with open(HARDWARE, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -53,7 +47,7 @@ def compared_bytes(metric: str, result: dict, measured: float) -> float:
 def hardware_results(sources: set[str] | None = None) -> list[dict]:
     """One row per measured figure, in the shape engine.checks.validate reports (ok None: reported only)."""
     rows = hardware_rows(sources)
-    results = evaluate_cases([config_of(row) | extra_inputs(row["extra_inputs"]) for row in rows])
+    results = evaluate_cases([config_of(row) for row in rows])
     out = []
     for row, result in zip(rows, results):
         measured = float(row["value_gib"]) * GIB

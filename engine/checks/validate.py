@@ -26,11 +26,19 @@ MEASURED_MEDIAN_TOL_PCT = 2.0  # per group (a set, or one of its layout families
 MEASURED_MAX_TOL_PCT = 5.0
 
 
+def extra_inputs(text: str) -> dict:
+    """The `extra_inputs` cell, `key=value; key=value`: CONFIG.md inputs the shared columns have no place for."""
+    pairs = [part.split("=", 1) for part in text.split(";") if part.strip()]
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def config_of(row: dict, by_dims: bool = False) -> dict:
-    """The CONFIG.md inputs of a reference row. by_dims: the row's dims (and implementation fields) describe
-    the model completely, its `model` is only a label; else `model` is a catalog key the dims refine."""
+    """The CONFIG.md inputs of a reference row: its columns, then its `extra_inputs` cell where it has one. by_dims:
+    the row's dims (and implementation fields) describe the model completely, its `model` is only a label; else
+    `model` is a catalog key the dims refine."""
     known = set(INPUTS)
     case = {k: v for k, v in row.items() if k in known and v not in ("", None)}
+    case |= extra_inputs(row.get("extra_inputs") or "")
     if by_dims:
         case.pop("model", None)
     return case
@@ -64,7 +72,12 @@ def activation_at_forward(record) -> int:
 def check_row(row: dict, compare: str, reference_bytes: float, tolerance_pct, expect: str, tolerance_abs=0.0,
               by_dims=False) -> dict:
     """memsim against one reference figure: ok when within tolerance_pct, or within the figure's printed
-    rounding (tolerance_abs bytes); None when the row is only reported."""
+    rounding (tolerance_abs bytes); None when the row is only reported. A `quoted` figure is kept for its context
+    and compared with nothing: memsim has no quantity the source's can be set beside (a model whose dims the source
+    leaves in an image, a hypothetical LoRA rank, input gradients at an unstated length; the row's notes say which)."""
+    if expect == "quoted":
+        return {"reference_gib": reference_bytes / GIB, "memsim_gib": None, "error_pct": None, "ok": None,
+                "why_not": "quoted, not compared (notes)"}
     result = evaluate_case(config_of(row, by_dims))
     value = memsim_quantity(result, compare, result["record"])
     error = 100.0 * (value - reference_bytes) / reference_bytes if reference_bytes else 0.0
@@ -176,20 +189,24 @@ def status(r: dict) -> str:
     return {True: "ok", False: "FAIL"}.get(r["ok"], r.get("why_not") or "reported")
 
 
+def signed_pct(error_pct) -> str:
+    return "" if error_pct is None else f"{error_pct:+.1f}%"
+
+
 def render(results: list[dict]) -> str:
     """Memory rows (GiB) and throughput rows (tokens/s per GPU) as aligned tables, each with its summary per group."""
     memory = [r for r in results if "reference_gib" in r]
     speed = [r for r in results if "reference_gib" not in r]
     lines = []
     if memory:
-        rows = [[r["case_id"], r["metric"], fixed(r["reference_gib"]), fixed(r["memsim_gib"]), f"{r['error_pct']:+.1f}%",
-                 status(r)] for r in memory]
+        rows = [[r["case_id"], r["metric"], fixed(r["reference_gib"]), fixed(r["memsim_gib"]),
+                 signed_pct(r["error_pct"]), status(r)] for r in memory]
         lines += aligned(["case", "metric", "reference GiB", "memsim GiB", "error", "status"], rows, {2, 3, 4})
     if speed:
         from engine.checks.throughput.comparison import KNOWN_MISSES
 
         rows = [[r["case_id"], r.get("gpu", ""), fixed(r["reference"], 0), fixed(r["memsim"], 0),
-                 "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%",
+                 signed_pct(r["error_pct"]),
                  "MISS (known, THROUGHPUT.md)" if r["ok"] is False and r["case_id"] in KNOWN_MISSES else status(r)]
                 for r in speed]
         lines += [""] * bool(lines) + aligned(["case", "GPU", "published tokens/s/GPU", "memsim", "error", "status"],
@@ -198,9 +215,13 @@ def render(results: list[dict]) -> str:
               for g, s in summary(results).items()]
     if groups:
         lines += [""] + aligned(["group", "n", "median |error|", "max |error|"], groups, {1, 2, 3})
-    reported = sum(r["ok"] is None and not r.get("summarized") for r in memory)
+    reported = sum(r["ok"] is None and not r.get("summarized") and r["error_pct"] is not None for r in memory)
+    quoted = sum(r["error_pct"] is None for r in memory)
     if reported:
         lines.append(f"(+ {reported} figures reported only: under-specified in their source, not held to a tolerance)")
+    if quoted:
+        lines.append(f"(+ {quoted} figures quoted for context: no memsim quantity to set beside them, as their notes "
+                     "say)")
     return "\n".join(lines)
 
 
@@ -210,13 +231,13 @@ def markdown(results: list[dict]) -> str:
     memory = [r for r in results if "reference_gib" in r]
     speed = [r for r in results if "reference_gib" not in r]
     if memory:
-        lines += ["| case | compared | reference GiB | memsim GiB | error |", "|---|---|---:|---:|---:|"]
+        lines += ["| case | compared | reference GiB | memsim GiB | error | status |", "|---|---|---:|---:|---:|---|"]
         lines += [f"| {r['case_id']} | {r['metric']} | {fixed(r['reference_gib'])} | {fixed(r['memsim_gib'])} | "
-                  f"{r['error_pct']:+.1f}% |" for r in memory]
+                  f"{signed_pct(r['error_pct'])} | {status(r)} |" for r in memory]
     if speed:
         lines += [""] * bool(lines) + ["| case | GPU | published tokens/s/GPU | memsim | error |", "|---|---|---:|---:|---:|"]
         lines += [f"| {r['case_id']} | {r.get('gpu', '')} | {fixed(r['reference'], 0)} | {fixed(r['memsim'], 0)} | "
-                  f"{'' if r['error_pct'] is None else format(r['error_pct'], '+.1f') + '%'} |" for r in speed]
+                  f"{signed_pct(r['error_pct'])} |" for r in speed]
     lines += ["", "| source | cases | median abs error | max abs error |", "|---|---:|---:|---:|"]
     for g, s in summary(results).items():
         lines.append(f"| {g} | {s['n']} | {s['median_abs_pct']:.1f}% | {s['max_abs_pct']:.1f}% |")

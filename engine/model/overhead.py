@@ -18,8 +18,10 @@ from engine.model.nccl import GATHERS, P2P_ONLY, REDUCES, SCALARS, communicator_
 # PyTorch's caching allocator keeps freed blocks and splits large segments (c10/cuda/CUDACachingAllocator.cpp:
 # 2 MiB rounding for blocks > 1 MiB, 20 MiB segments for mid-size requests). What it reserves beyond the live
 # peak grows with the bytes that churn within a step (activations, temporaries), not with the states, which are
-# allocated once. 1/16 of the churn (6.25%) matches the measured nvidia-smi figures of the HF BERT-large rows
-# (shared/reference/published.csv hf-bert-*) once the CUDA context is taken out; tests/test_golden.py checks it.
+# allocated once. 1/16 of the churn (6.25%) was first read off the HF BERT-large nvidia-smi rows; the traced steps
+# replayed through the allocator model bear it out where no larger block decides the reserve: 30 single-GPU and
+# recipe steps replayed with expandable segments, 2.3% off at the median, -0.2% signed
+# (`python -m engine.checks.reserved --expandable 30`; data/measured/PARALLEL.md).
 SLACK_DENOMINATOR = 16
 # transformers' loss makes three fp32 blocks of the loss block's size: the upcast logits, log_softmax's output and its
 # gradient (modeling_llama.py's loss_function -> F.cross_entropy; the replayed segments, PARALLEL.md). Beyond the one

@@ -44,10 +44,9 @@ def aai_rows(case_ids: list[str] | None = None) -> list[dict]:
 
 def inputs_of(row: dict) -> dict:
     """The row's CONFIG.md inputs, as `memsim validate --set hardware` evaluates them."""
-    from engine.checks.hardware import extra_inputs
     from engine.checks.validate import config_of
 
-    return config_of(row) | extra_inputs(row["extra_inputs"])
+    return config_of(row)
 
 
 def case_of(row: dict) -> dict:

@@ -118,11 +118,11 @@ def traced_peak(lit, name: str, micro_batch: int, seq_len: int, outputs_fp32: bo
 def memsim_allocated(case_id: str) -> int:
     """memsim's allocated peak for the hardware row, with its extra inputs (outputs_fp32 among them)."""
     from engine.ask.evaluate import evaluate_cases
-    from engine.checks.hardware import extra_inputs, hardware_rows
+    from engine.checks.hardware import hardware_rows
     from engine.checks.validate import config_of
 
     row = next(r for r in hardware_rows() if r["case_id"] == case_id)
-    return evaluate_cases([config_of(row) | extra_inputs(row["extra_inputs"])])[0]["allocated_peak_bytes"]
+    return evaluate_cases([config_of(row)])[0]["allocated_peak_bytes"]
 
 
 def main(argv: list[str] | None = None) -> int:
