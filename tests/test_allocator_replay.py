@@ -4,7 +4,14 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from engine.checks.measure.allocator_config import MiB
-from engine.checks.measure.allocator_replay import EXPANDABLE, replay_log, replay_records
+from engine.checks.measure.allocator_replay import (
+    EXPANDABLE,
+    log_events,
+    replay_log,
+    replay_records,
+    runs_in,
+    smallest_capacity,
+)
 
 
 @dataclass
@@ -61,3 +68,14 @@ def test_expandable_segments_replay_the_same_log():
     # The same two steps with expandable segments: one growing segment, reserved a whole number of 20 MiB pages.
     r = replay_log(_two_steps(), EXPANDABLE)
     assert r.reserved_peak_bytes % (20 * MiB) == 0 and len(r.segments_at_peak) == 1
+
+
+def test_a_run_needs_what_no_release_can_free_not_its_reserved_peak():
+    # 60 MiB freed, then 20 MiB splits its segment (40 MiB free inside it) and 50 MiB makes a new one: 110 MiB, which
+    # the run needs, since no release frees a segment that holds a block. Once the 20 MiB block goes, 100 MiB makes a
+    # third segment (210 MiB reserved), but a failed cudaMalloc would first release the wholly free 60 MiB one: the
+    # run needs 150 MiB where max_memory_reserved() says 210.
+    log = [Rec(60 * MiB, 1, 2), Rec(20 * MiB, 3, 5), Rec(50 * MiB, 4), Rec(100 * MiB, 6)]
+    assert replay_records(log).reserved_peak_bytes == 210 * MiB
+    events = log_events(log)
+    assert smallest_capacity(events) == 150 * MiB and not runs_in(events, 148 * MiB)

@@ -12,6 +12,13 @@ tolerance (the replays are a model of the allocator, not a GPU; data/measured/PA
     python -m engine.checks.reserved --by-case       # and one line per row
     python -m engine.checks.reserved --expandable 30  # 30 one-GPU rows traced again, replayed with expandable segments
     python -m engine.checks.reserved --measured OUT.csv  # the rows `memsim measure CASES -o OUT.csv` wrote
+    python -m engine.checks.reserved --runs-in        # the least memory each low row runs in, against memsim
+
+`--runs-in` (needs the measure extras) traces again every committed row whose replayed reserved peak memsim's is
+below, and finds the least device memory the replay runs in without an out-of-memory error
+(measure/allocator_replay.smallest_capacity: the allocator releases its wholly free cached segments before it
+raises). That, not the reserved peak, is what an out-of-memory error depends on: memsim's reserved peak at or above
+it says FITS only where the step runs (about 10 s a row).
 
 `--expandable N` (needs the measure extras: torch, transformers) draws N rows of the one-GPU sets (seed 1), traces
 each again and replays it with `expandable_segments:True`, and sets memsim's reserved peak with `allocator =
@@ -89,6 +96,38 @@ def expandable_results(n: int, seed: int = 1) -> list[dict]:
     return out
 
 
+def runs_in_results(rows: list[dict] | None = None) -> list[dict]:
+    """For each committed row whose replayed reserved peak memsim's is below (reserved_results), the least device
+    memory its traced steps run in (allocator_replay.smallest_capacity), traced again from its case, against
+    memsim's reserved peak for the rank it measured."""
+    from engine.cli.measure import load_harness
+
+    load_harness()
+    from engine.checks.measure import parallel
+    from engine.checks.measure.allocator_replay import logged_events, smallest_capacity
+    from engine.checks.measure.breakdown import ALLOCATOR_CONFIGS
+    from engine.checks.measure.buffer_tags import stream_of
+    from engine.checks.measure.case import resolve
+    from engine.checks.measure.parallel_run import run_rank
+    from engine.checks.measure.reference_sets import find_case
+    from engine.checks.measure.single_gpu import run_logged
+
+    low = [r for r in reserved_results(rows) if r["error_pct"] < 0]
+    out = []
+    for r in low:
+        c = resolve(find_case(r["case_id"]))
+        if parallel.needs_world(c):
+            lb = run_rank(c).lb
+            streams = stream_of(lb)
+        else:
+            lb, streams = run_logged(c)[0], lambda record: 0
+        events, _ = logged_events(lb)
+        runs_in = smallest_capacity(events, ALLOCATOR_CONFIGS[c["allocator"]], streams)
+        memsim = r["memsim_gib"] * GIB
+        out.append(r | {"runs_in_gib": runs_in / GIB, "margin_pct": 100.0 * (memsim - runs_in) / runs_in})
+    return out
+
+
 def measured_file(path: str) -> list[dict]:
     """The rows of a `memsim measure` output, each named by its row number and labelled as a set of its own."""
     try:
@@ -119,9 +158,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-case", action="store_true", help="one line per measured row as well")
     parser.add_argument("--measured", metavar="CSV", help="the rows of a `memsim measure CASES -o CSV` output instead "
                         "of the committed sets, one line per row")
+    parser.add_argument("--runs-in", action="store_true", help="the committed rows memsim puts below their replayed "
+                        "reserved peak, traced again: the least device memory each runs in, against memsim")
     parser.add_argument("--expandable", type=int, metavar="N", help="N one-GPU rows traced again and replayed with "
                         "expandable segments, against memsim's allocator = expandable")
     args = parser.parse_args(argv)
+    if args.runs_in and (args.measured or args.expandable):
+        print("memsim: error: --runs-in traces the committed rows again; it takes neither --measured nor --expandable",
+              file=sys.stderr)
+        return 2
+    if args.runs_in:
+        results = runs_in_results()
+        rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['reference_gib']:.2f}",
+                 f"{r['runs_in_gib']:.2f}", f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%",
+                 f"{r['margin_pct']:+.1f}%"] for r in results]
+        print("\n".join(aligned(["case", "group", "allocated GiB", "replayed reserved GiB", "runs in GiB",
+                                 "memsim GiB", "vs reserved", "vs runs in"], rows, {2, 3, 4, 5, 6, 7})))
+        margins = [r["margin_pct"] for r in results]
+        if margins:
+            print(f"\n{len(margins)} rows below their replayed reserved peak: memsim below the memory they run in on "
+                  f"{sum(m < 0 for m in margins)}, lowest {min(margins):+.1f}%, "
+                  f"median {statistics.median(margins):+.1f}%")
+        return 0
     if args.expandable:
         results = expandable_results(args.expandable)
         rows = [[r["case_id"], f"{r['allocated_gib']:.2f}", f"{r['caching_gib']:.2f}", f"{r['reference_gib']:.2f}",

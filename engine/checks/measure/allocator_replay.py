@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from engine.checks.measure.allocator_blocks import SegmentInfo
 from engine.checks.measure.allocator_config import AllocatorConfig
-from engine.checks.measure.caching_allocator import CachingAllocator
+from engine.checks.measure.caching_allocator import CachingAllocator, OutOfMemoryError
 
 if TYPE_CHECKING:  # the replay reads only nbytes, born, died and host: it needs no torch
     from engine.checks.measure.tracker import Alloc
@@ -136,6 +136,19 @@ def replay_records(records: list[Alloc], config: AllocatorConfig = AllocatorConf
     return Replay(a.reserved.peak, a.allocated.peak, at_peak.snapshot(), peak_at, unmatched)
 
 
+def logged_events(lb, steps: int | None = None, last_step: int = 1) -> tuple[list[Event], int]:
+    """The events of a ``LiveBytes`` log as ``replay_log`` replays them (the steps it holds, or ``steps`` in all by
+    repeating step ``last_step``), and how many carried-in frees no survivor matched."""
+    start, end = lb.marks[f"step{last_step}"], lb.marks[f"end{last_step}"]
+    # training begins: the harness's setup transients are not replayed; or FSDP1 starts bringing rank 0's host copy
+    # of the model to the GPU (fsdp1_init.py), whose transients the cache keeps into training
+    since = lb.marks.get("init", lb.marks.get("step0"))
+    if steps is None or steps <= last_step + 1:
+        return log_events(lb.records, end, since), 0
+    extra, unmatched = repeated_step_events(lb.records, start, end, steps - last_step - 1)
+    return log_events(lb.records, end, since) + extra, unmatched
+
+
 def replay_log(lb, config: AllocatorConfig = AllocatorConfig(), steps: int | None = None, last_step: int = 1,
                capacity_bytes: int | None = None, stream_of=lambda r: 0) -> Replay:
     """Replay a ``LiveBytes`` log: the steps it holds, or ``steps`` in all by repeating step ``last_step``.
@@ -145,11 +158,53 @@ def replay_log(lb, config: AllocatorConfig = AllocatorConfig(), steps: int | Non
     ``replay_log(lb).reserved_peak_bytes`` is the reserved peak of the two logged steps;
     ``replay_log(lb, EXPANDABLE, steps=3)`` the same with expandable segments over three steps.
     """
-    start, end = lb.marks[f"step{last_step}"], lb.marks[f"end{last_step}"]
-    # training begins: the harness's setup transients are not replayed; or FSDP1 starts bringing rank 0's host copy
-    # of the model to the GPU (fsdp1_init.py), whose transients the cache keeps into training
-    since = lb.marks.get("init", lb.marks.get("step0"))
-    if steps is None or steps <= last_step + 1:
-        return replay_records(lb.records, config, capacity_bytes, stream_of, until=end, since=since)
-    extra, unmatched = repeated_step_events(lb.records, start, end, steps - last_step - 1)
-    return replay_records(lb.records, config, capacity_bytes, stream_of, end, extra, unmatched, since)
+    events, unmatched = logged_events(lb, steps, last_step)
+    a, peak_at = replay_events(events, config, capacity_bytes, stream_of)
+    at_peak, _ = replay_events(events, config, capacity_bytes, stream_of, stop_after=peak_at)
+    return Replay(a.reserved.peak, a.allocated.peak, at_peak.snapshot(), peak_at, unmatched)
+
+
+def runs_in(events: list[Event], capacity_bytes: int, config: AllocatorConfig = AllocatorConfig(),
+            stream_of=lambda r: 0) -> bool:
+    """Whether the events run on a device of ``capacity_bytes`` without an out-of-memory error."""
+    try:
+        replay_events(events, config, capacity_bytes, stream_of)
+    except OutOfMemoryError:
+        return False
+    return True
+
+
+def smallest_capacity(events: list[Event], config: AllocatorConfig = AllocatorConfig(), stream_of=lambda r: 0) -> int:
+    """The least device memory the events run in: what PyTorch may reserve (the GPU's memory less what lives
+    outside its allocator) for the run not to raise out of memory.
+
+    Less than the reserved peak wherever the cache holds blocks the run no longer uses: when a cudaMalloc fails
+    the allocator releases its cached segments that are wholly free (first those of oversize blocks, then every
+    one) and tries again before it raises (CUDACachingAllocator.cpp `malloc`: `release_available_cached_blocks`,
+    `release_cached_blocks`); what it cannot release is the free space inside segments that still hold a block.
+    So `max_memory_reserved()` says how much the cache grew where memory was plentiful, and this how much the run
+    needs. Found by bisection between just below the allocated peak, where nothing runs, and the reserved peak,
+    where it always runs, over whole 2 MiB steps (every segment is a multiple of 2 MiB, so the reserve is too); the
+    bisection takes the run to succeed on every capacity above one it succeeds on.
+
+    Examples
+    --------
+    A 40 MiB block freed, then a 60 MiB one: the cache keeps the first segment, so 100 MiB are reserved; on a
+    device of 60 MiB the second cudaMalloc fails, the free 40 MiB segment is released, and the retry succeeds.
+
+    >>> from types import SimpleNamespace as Rec
+    >>> log = [Rec(nbytes=40 << 20, born=1, died=2, host=False), Rec(nbytes=60 << 20, born=3, died=None, host=False)]
+    >>> events = log_events(log)
+    >>> replay_events(events)[0].reserved.peak >> 20, smallest_capacity(events) >> 20
+    (100, 60)
+    """
+    a, _ = replay_events(events, config, None, stream_of)
+    step = 2 << 20
+    lo, hi = -(-a.allocated.peak // step) - 1, -(-a.reserved.peak // step)  # in 2 MiB steps: lo fails, hi runs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if runs_in(events, mid * step, config, stream_of):
+            hi = mid
+        else:
+            lo = mid
+    return hi * step

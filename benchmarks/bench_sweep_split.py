@@ -1,0 +1,101 @@
+"""Where a sweep's time goes: the kernel, the Arrow table built from each chunk, the Parquet write, per row.
+
+    python benchmarks/bench_sweep_split.py                  # bench_sweep's 10^7 grid, full rows
+    python benchmarks/bench_sweep_split.py --compact        # compact rows
+    python benchmarks/bench_sweep_split.py --shards 2       # two shards written at once by one process
+
+Runs `run_sweep` as `memsim sweep` does, with each stage timed where it runs (wall time, and the CPU time of the
+thread that runs it: the kernel's own threads are not in its CPU figure). The three stages overlap (ChunkWriter:
+chunk i+1 is computed while chunk i's table is built and chunk i-1's written), so the sweep takes about as long as
+its slowest stage where cores are free, and the sum of their CPU where they are not. `--shards N` writes N parts
+at once, each with its own builder and writer thread, the kernel computing their chunks in turn: a measure of what
+more writers would give on this machine.
+"""
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_sweep import spec, toml  # noqa: E402
+
+import engine.dataset.store as store  # noqa: E402
+import engine.dataset.sweep as sweep  # noqa: E402
+from engine.dataset.chunks import SweepKernel  # noqa: E402
+
+SPENT = collections.defaultdict(float)
+
+
+def timed(owner, name: str, stage: str) -> None:
+    """Wrap owner.name so that each call adds its wall and thread CPU time to SPENT[stage]."""
+    inner = getattr(owner, name)
+
+    def call(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            SPENT[stage, "wall"] += time.perf_counter() - wall
+            SPENT[stage, "cpu"] += time.thread_time() - cpu
+
+    setattr(owner, name, call)
+
+
+def shards_at_once(spec_path: Path, out_dir: Path, n: int) -> tuple[int, float]:
+    """Shards 0..n-1 of the spec written at once: one kernel call at a time, chunk by chunk in turn, each shard's
+    table built and written on its own threads. (configurations, seconds)."""
+    jobs = [sweep.shard_job(spec_path, (k, n)) for k in range(n)]
+    manifest = store.prepare_dataset(out_dir, jobs[0].kernel.grid, n, True)
+    t0 = time.perf_counter()
+    writers = [sweep.ChunkWriter(j.kernel, out_dir, j.shard, {**manifest, "shard": j.shard[0], "range": [j.lo, j.hi],
+                                                              "keep": j.keep, "spec": j.kernel.grid.spec.text},
+                                 j.compression, j.keep) for j in jobs]
+    starts = [j.lo for j in jobs]
+    while any(s < j.hi for s, j in zip(starts, jobs)):
+        for k, j in enumerate(jobs):
+            if starts[k] < j.hi:
+                count = min(j.chunk_rows, j.hi - starts[k])
+                writers[k].submit(j.kernel.evaluate(starts[k], count))
+                starts[k] += count
+    for w, j in zip(writers, jobs):
+        w.close((j.lo, j.hi), manifest["spec_digest"])
+    return sum(j.hi - j.lo for j in jobs), time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compact", action="store_true", help="[output] compact = true")
+    ap.add_argument("--feasible-only", action="store_true", help="write only the rows that fit")
+    ap.add_argument("--shards", type=int, default=1, help="parts written at once by this process")
+    args = ap.parse_args()
+    timed(SweepKernel, "evaluate", "kernel")
+    timed(sweep, "chunk_table", "build table")
+    timed(store.PartWriter, "write", "write Parquet")
+    output = {"compact": True} if args.compact else {}
+    if args.feasible_only:
+        output["feasible_only"] = True
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path = Path(tmp) / "spec.toml"
+        spec_path.write_text(toml({**spec(1e7), "output": output}))
+        if args.shards == 1:
+            r = sweep.run_sweep(spec_path, Path(tmp) / "out", force=True, progress=False, say=lambda *a: None)
+            configs, seconds = r.evaluated, r.seconds
+        else:
+            configs, seconds = shards_at_once(spec_path, Path(tmp) / "out", args.shards)
+    print(json.dumps({"configs": configs, "seconds": round(seconds, 2), "M_per_s": round(configs / seconds / 1e6, 2),
+                      "shards": args.shards, "output": output}))
+    for stage in ("kernel", "build table", "write Parquet"):
+        wall, cpu = SPENT[stage, "wall"], SPENT[stage, "cpu"]
+        print(f"  {stage:14s} wall {wall:6.2f} s ({wall / configs * 1e9:5.0f} ns a row)   "
+              f"CPU of its thread {cpu:6.2f} s ({cpu / configs * 1e9:5.0f} ns a row)")
+
+
+if __name__ == "__main__":
+    main()
