@@ -3,13 +3,17 @@
     python benchmarks/bench_sweep_split.py                  # bench_sweep's 10^7 grid, full rows
     python benchmarks/bench_sweep_split.py --compact        # compact rows
     python benchmarks/bench_sweep_split.py --shards 2       # two shards written at once by one process
+    python benchmarks/bench_sweep_split.py --column-costs   # one chunk's columns, each written alone
 
 Runs `run_sweep` as `memsim sweep` does, with each stage timed where it runs (wall time, and the CPU time of the
 thread that runs it: the kernel's own threads are not in its CPU figure). The three stages overlap (ChunkWriter:
 chunk i+1 is computed while chunk i's table is built and chunk i-1's written), so the sweep takes about as long as
 its slowest stage where cores are free, and the sum of their CPU where they are not. `--shards N` writes N parts
 at once, each with its own builder and writer thread, the kernel computing their chunks in turn: a measure of what
-more writers would give on this machine.
+more writers would give on this machine. The stages' times include the 65,536-row sample each shard writes to
+memory first to size its part (sweep.expected_bytes), under 1% of the grid; the sweep's own seconds do not. `--column-costs` writes each column of one full chunk (2^20 rows) alone with
+the part writer's settings, best of five: what each column costs the writer, and for those that may hold NULL the
+same values with their NULLs filled in and declared non-null (what the definition levels cost).
 """
 
 import argparse
@@ -24,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 from bench_sweep import spec, toml  # noqa: E402
 
 import engine.dataset.store as store  # noqa: E402
@@ -69,18 +76,65 @@ def shards_at_once(spec_path: Path, out_dir: Path, n: int) -> tuple[int, float]:
     return sum(j.hi - j.lo for j in jobs), time.perf_counter() - t0
 
 
+def column_costs() -> None:
+    """Each column of one full chunk written alone as the part writer writes it (dictionary pages for the axes and
+    the categorical outputs, PLAIN otherwise, the index delta encoded, LZ4, page checksums), best of five; the int64
+    and float columns that may hold NULL again with their NULLs filled in and declared non-null."""
+    from engine.configure.grid import build_grid
+    from engine.configure.spec import parse_spec
+    from engine.dataset.columns import chunk_table
+
+    grid = build_grid(parse_spec(spec(1e7)))
+    table = chunk_table(SweepKernel(grid, compiled=True).evaluate(3_000_000, 1 << 20))
+    axes = {name for axis in grid.axes for name, _ in axis.columns}
+
+    def cost(column: pa.Table) -> float:
+        field = column.schema[0]
+        dictionary = pa.types.is_dictionary(field.type)
+        best = float("inf")
+        for _ in range(5):
+            with tempfile.TemporaryFile() as f:
+                t0 = time.perf_counter()
+                with pq.ParquetWriter(f, column.schema, compression="lz4", use_dictionary=dictionary,
+                                      write_page_checksum=True,
+                                      column_encoding=None if dictionary else {
+                                          field.name: "DELTA_BINARY_PACKED" if field.name == "index" else "PLAIN"},
+                                      write_statistics=field.name in axes or field.name == "index",
+                                      data_page_size=store.PAGE_BYTES, write_batch_size=store.PAGE_BATCH_ROWS) as w:
+                    w.write_table(column)
+                best = min(best, time.perf_counter() - t0)
+        return best / column.num_rows * 1e9
+
+    for field in table.schema:
+        column = table.select([field.name])
+        line = f"  {field.name:24s} {str(field.type)[:24]:24s} {'nullable' if field.nullable else '':9s}"
+        line += f"{cost(column):6.1f} ns a row"
+        if field.nullable and (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+            filled = pc.fill_null(column.column(0), -1 if pa.types.is_integer(field.type) else float("nan"))
+            plain = pa.table([filled], schema=pa.schema([field.with_nullable(False)]))
+            line += f"   its NULLs as values, declared non-null: {cost(plain):6.1f}"
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compact", action="store_true", help="[output] compact = true")
     ap.add_argument("--feasible-only", action="store_true", help="write only the rows that fit")
     ap.add_argument("--shards", type=int, default=1, help="parts written at once by this process")
+    ap.add_argument("--column-costs", action="store_true", help="one chunk's columns, each written alone")
     args = ap.parse_args()
-    timed(SweepKernel, "evaluate", "kernel")
-    timed(sweep, "chunk_table", "build table")
-    timed(store.PartWriter, "write", "write Parquet")
+    if args.column_costs:
+        return column_costs()
     output = {"compact": True} if args.compact else {}
     if args.feasible_only:
         output["feasible_only"] = True
+    with tempfile.TemporaryDirectory() as tmp:  # the kernel loaded from numba's cache before anything is timed
+        warm = Path(tmp) / "spec.toml"
+        warm.write_text(toml({**spec(1e6), "output": output}))
+        sweep.shard_job(warm).kernel.evaluate(0, 1)
+    timed(SweepKernel, "evaluate", "kernel")
+    timed(sweep, "chunk_table", "build table")
+    timed(store.PartWriter, "write", "write Parquet")
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / "spec.toml"
         spec_path.write_text(toml({**spec(1e7), "output": output}))

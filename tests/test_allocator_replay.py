@@ -9,8 +9,9 @@ from engine.checks.measure.allocator_replay import (
     log_events,
     replay_log,
     replay_records,
+    bisected_capacity,
+    first_failure,
     runs_in,
-    smallest_capacity,
 )
 
 
@@ -78,4 +79,16 @@ def test_a_run_needs_what_no_release_can_free_not_its_reserved_peak():
     log = [Rec(60 * MiB, 1, 2), Rec(20 * MiB, 3, 5), Rec(50 * MiB, 4), Rec(100 * MiB, 6)]
     assert replay_records(log).reserved_peak_bytes == 210 * MiB
     events = log_events(log)
-    assert smallest_capacity(events) == 150 * MiB and not runs_in(events, 148 * MiB)
+    assert bisected_capacity(events) == 150 * MiB and not runs_in(events, 148 * MiB)
+    assert first_failure(events, 150 * MiB) is None and first_failure(events, 140 * MiB) == 140 * MiB
+
+
+def test_a_run_can_fail_on_a_device_larger_than_one_it_runs_on():
+    # A failed cudaMalloc early on a 44 MiB device releases a cached segment, and later blocks go elsewhere than on a
+    # 46 MiB device, where that release never happens and the last request finds nothing wholly free to release.
+    # So a capacity found by bisection is an estimate, and FITS is checked on every larger device (first_failure).
+    log = [Rec(19 * MiB, 1, 2), Rec(25 * MiB, 3, 5), Rec(11 * MiB, 4, 10), Rec(int(10.8 * MiB), 6, 8), Rec(MiB, 7, 9)]
+    events = log_events(log)
+    assert replay_records(log).reserved_peak_bytes == 48 * MiB
+    assert [runs_in(events, n * MiB) for n in (44, 46, 48)] == [True, False, True]
+    assert first_failure(events, 44 * MiB) == 46 * MiB

@@ -258,14 +258,14 @@ def test_committed_row_reproduces_exactly(row):
     assert_same_measured(measure_row(cid, family, case), row, row)
 
 
-def test_a_step_runs_in_far_less_than_the_cache_it_grows_and_memsim_covers_what_it_needs():
-    # FSDP2 without resharding, Llama 3.1 8B dims on 4 layers, rank 0 of 8: the replayed cache grows to ~21 GiB,
-    # but the segments it keeps beyond ~12.3 GiB are wholly free when a cudaMalloc would fail, and are released
-    # (allocator_replay.smallest_capacity); memsim's reserved peak, 19% under the first, is above the second.
+def test_a_step_runs_in_far_less_than_the_cache_it_grows_and_wherever_memsim_says_it_fits():
+    # FSDP2 without resharding, Llama 3.1 8B dims on 4 layers, rank 0 of 8: the replayed cache grows to ~21 GiB, but
+    # the step runs in ~12.3 GiB, since a failed cudaMalloc first releases the wholly free segments; memsim's reserved
+    # peak, 19% under the first, says FITS only on devices the step runs on.
     from engine.checks.reserved import runs_in_results
     from engine.checks.validate import measured_rows
 
     case_id = "fsdp2_noreshard_llama-3.1-8b-4l_amp_bf16_s2048_b1_dp8_mp_z2_r0"
     [r] = runs_in_results([row for row in measured_rows() if row["case_id"] == case_id])
-    assert r["allocated_gib"] <= r["runs_in_gib"] < 0.7 * r["reference_gib"]
-    assert r["memsim_gib"] >= r["runs_in_gib"]
+    assert r["allocated_gib"] <= r["runs_in_gib"] < 0.7 * r["replayed_gib"]
+    assert r["fails_at"] is None

@@ -73,7 +73,8 @@ def test_hf_bert_large_rows_of_january_2022_are_met():
     for row, result in zip(rows, results, strict=True):
         measured = float(row["value_gib"]) * GIB
         assert abs(compared_bytes(row["metric"], result, measured) / measured - 1) < 0.03, row["case_id"]
-    published = {r["case_id"]: r for r in csv.DictReader(open(GOLDEN))}
+    with open(GOLDEN, newline="") as f:
+        published = {r["case_id"]: r for r in csv.DictReader(f)}
     copies = evaluate_cases([config_of(published[r["case_id"]]) for r in rows])
     assert [c["device_peak_bytes"] for c in copies] == [r["device_peak_bytes"] for r in results]
 

@@ -12,13 +12,13 @@ tolerance (the replays are a model of the allocator, not a GPU; data/measured/PA
     python -m engine.checks.reserved --by-case       # and one line per row
     python -m engine.checks.reserved --expandable 30  # 30 one-GPU rows traced again, replayed with expandable segments
     python -m engine.checks.reserved --measured OUT.csv  # the rows `memsim measure CASES -o OUT.csv` wrote
-    python -m engine.checks.reserved --runs-in        # the least memory each low row runs in, against memsim
+    python -m engine.checks.reserved --runs-in        # what each low row needs to run, against memsim
 
-`--runs-in` (needs the measure extras) traces again every committed row whose replayed reserved peak memsim's is
-below, and finds the least device memory the replay runs in without an out-of-memory error
-(measure/allocator_replay.smallest_capacity: the allocator releases its wholly free cached segments before it
-raises). That, not the reserved peak, is what an out-of-memory error depends on: memsim's reserved peak at or above
-it says FITS only where the step runs (about 10 s a row).
+`--runs-in` (needs the measure extras) traces again every committed case whose replayed reserved peak memsim's is
+below and replays it on smaller devices, where a failed cudaMalloc first releases the wholly free cached segments:
+about the least memory it runs in (measure/allocator_replay.bisected_capacity), against memsim's, and whether it runs
+on every device memsim says it fits on, with the default 10% headroom (allocator_replay.first_failure). What an
+out-of-memory error depends on is that, not the reserved peak (about 5 s a case, 15 minutes in all).
 
 `--expandable N` (needs the measure extras: torch, transformers) draws N rows of the one-GPU sets (seed 1), traces
 each again and replays it with `expandable_segments:True`, and sets memsim's reserved peak with `allocator =
@@ -35,6 +35,7 @@ from engine.ask.evaluate import evaluate_cases
 from engine.checks.validate import GIB, aligned, config_of, measured_group, measured_rows, measured_stage
 from engine.errors import UserError
 from engine.inputs.codes import Allocator
+from engine.inputs.vocabulary import INPUTS
 from engine.model.levels import rank_terms, stage_slack_bytes
 from engine.model.loss import loss_block_bytes
 
@@ -97,14 +98,16 @@ def expandable_results(n: int, seed: int = 1) -> list[dict]:
 
 
 def runs_in_results(rows: list[dict] | None = None) -> list[dict]:
-    """For each committed row whose replayed reserved peak memsim's is below (reserved_results), the least device
-    memory its traced steps run in (allocator_replay.smallest_capacity), traced again from its case, against
-    memsim's reserved peak for the rank it measured."""
+    """For each committed case whose replayed reserved peak memsim's is below (reserved_results; a case in two sets
+    once), traced again: its replayed reserved peak, about the least device memory it runs in
+    (allocator_replay.bisected_capacity), against memsim's reserved peak for the rank it measured; and whether it
+    runs on every device on which memsim says it fits, from memsim's reserved peak over 1 - headroom (the default
+    10%) up (allocator_replay.first_failure: the smallest of them it fails on, None where none)."""
     from engine.cli.measure import load_harness
 
     load_harness()
     from engine.checks.measure import parallel
-    from engine.checks.measure.allocator_replay import logged_events, smallest_capacity
+    from engine.checks.measure.allocator_replay import bisected_capacity, first_failure, logged_events, replay_events
     from engine.checks.measure.breakdown import ALLOCATOR_CONFIGS
     from engine.checks.measure.buffer_tags import stream_of
     from engine.checks.measure.case import resolve
@@ -112,19 +115,23 @@ def runs_in_results(rows: list[dict] | None = None) -> list[dict]:
     from engine.checks.measure.reference_sets import find_case
     from engine.checks.measure.single_gpu import run_logged
 
-    low = [r for r in reserved_results(rows) if r["error_pct"] < 0]
+    low = {r["case_id"]: r for r in reserved_results(rows) if r["error_pct"] < 0}
     out = []
-    for r in low:
-        c = resolve(find_case(r["case_id"]))
+    for case_id, r in low.items():
+        c = resolve(find_case(case_id))
         if parallel.needs_world(c):
             lb = run_rank(c).lb
             streams = stream_of(lb)
         else:
             lb, streams = run_logged(c)[0], lambda record: 0
         events, _ = logged_events(lb)
-        runs_in = smallest_capacity(events, ALLOCATOR_CONFIGS[c["allocator"]], streams)
+        config = ALLOCATOR_CONFIGS[c["allocator"]]
+        needs = bisected_capacity(events, config, streams)
         memsim = r["memsim_gib"] * GIB
-        out.append(r | {"runs_in_gib": runs_in / GIB, "margin_pct": 100.0 * (memsim - runs_in) / runs_in})
+        fits_from = int(memsim / (1 - INPUTS["headroom"].default))  # the least device memory memsim says FITS on
+        out.append(r | {"replayed_gib": replay_events(events, config, None, streams)[0].reserved.peak / GIB,
+                        "runs_in_gib": needs / GIB, "margin_pct": 100.0 * (memsim - needs) / needs,
+                        "fits_from_gib": fits_from / GIB, "fails_at": first_failure(events, fits_from, config, streams)})
     return out
 
 
@@ -169,16 +176,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.runs_in:
         results = runs_in_results()
-        rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['reference_gib']:.2f}",
-                 f"{r['runs_in_gib']:.2f}", f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%",
-                 f"{r['margin_pct']:+.1f}%"] for r in results]
-        print("\n".join(aligned(["case", "group", "allocated GiB", "replayed reserved GiB", "runs in GiB",
-                                 "memsim GiB", "vs reserved", "vs runs in"], rows, {2, 3, 4, 5, 6, 7})))
-        margins = [r["margin_pct"] for r in results]
-        if margins:
-            print(f"\n{len(margins)} rows below their replayed reserved peak: memsim below the memory they run in on "
-                  f"{sum(m < 0 for m in margins)}, lowest {min(margins):+.1f}%, "
-                  f"median {statistics.median(margins):+.1f}%")
+        rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['replayed_gib']:.2f}",
+                 f"{r['runs_in_gib']:.2f}", f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%", f"{r['margin_pct']:+.1f}%",
+                 "yes" if r["fails_at"] is None else f"no: OOM on {r['fails_at'] / GIB:.2f}"] for r in results]
+        print("\n".join(aligned(["case", "group", "allocated GiB", "replayed reserved GiB", "runs in GiB", "memsim GiB",
+                                 "vs reserved", "vs runs in", "runs wherever memsim says FITS"], rows,
+                                {2, 3, 4, 5, 6, 7})))
+        short = [r["margin_pct"] for r in results if r["margin_pct"] < 0]
+        print(f"\n{len(results)} cases below their replayed reserved peak; memsim short of what they run in on "
+              f"{len(short)}" + (f" (median {statistics.median(short):+.1f}%, lowest {min(short):+.1f}%)" if short else "")
+              + f"; an out-of-memory error on a device memsim says FITS on: "
+              f"{sum(r['fails_at'] is not None for r in results)}")
         return 0
     if args.expandable:
         results = expandable_results(args.expandable)

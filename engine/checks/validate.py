@@ -190,6 +190,7 @@ def status(r: dict) -> str:
 
 
 def signed_pct(error_pct) -> str:
+    """An error as +1.2% (or '' where there is none: a figure quoted, not compared)."""
     return "" if error_pct is None else f"{error_pct:+.1f}%"
 
 

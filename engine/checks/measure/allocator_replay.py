@@ -131,6 +131,12 @@ def replay_records(records: list[Alloc], config: AllocatorConfig = AllocatorConf
     """Replay the logged run from tick ``since`` (``log_events``) up to tick ``until`` (plus ``extra_events``, e.g.
     repeated steps after it) and take the snapshot at the reserved peak."""
     events = log_events(records, until, since) + (extra_events or [])
+    return replay(events, config, capacity_bytes, stream_of, unmatched)
+
+
+def replay(events: list[Event], config: AllocatorConfig = AllocatorConfig(), capacity_bytes: int | None = None,
+           stream_of=lambda r: 0, unmatched: int = 0) -> Replay:
+    """Replay ``events`` and take the snapshot at the reserved peak."""
     a, peak_at = replay_events(events, config, capacity_bytes, stream_of)
     at_peak, _ = replay_events(events, config, capacity_bytes, stream_of, stop_after=peak_at)
     return Replay(a.reserved.peak, a.allocated.peak, at_peak.snapshot(), peak_at, unmatched)
@@ -159,9 +165,7 @@ def replay_log(lb, config: AllocatorConfig = AllocatorConfig(), steps: int | Non
     ``replay_log(lb, EXPANDABLE, steps=3)`` the same with expandable segments over three steps.
     """
     events, unmatched = logged_events(lb, steps, last_step)
-    a, peak_at = replay_events(events, config, capacity_bytes, stream_of)
-    at_peak, _ = replay_events(events, config, capacity_bytes, stream_of, stop_after=peak_at)
-    return Replay(a.reserved.peak, a.allocated.peak, at_peak.snapshot(), peak_at, unmatched)
+    return replay(events, config, capacity_bytes, stream_of, unmatched)
 
 
 def runs_in(events: list[Event], capacity_bytes: int, config: AllocatorConfig = AllocatorConfig(),
@@ -174,18 +178,22 @@ def runs_in(events: list[Event], capacity_bytes: int, config: AllocatorConfig = 
     return True
 
 
-def smallest_capacity(events: list[Event], config: AllocatorConfig = AllocatorConfig(), stream_of=lambda r: 0) -> int:
-    """The least device memory the events run in: what PyTorch may reserve (the GPU's memory less what lives
-    outside its allocator) for the run not to raise out of memory.
+SEGMENT_STEP = 2 << 20  # every segment is a multiple of 2 MiB, so is the reserve: capacities differ in whole steps
 
-    Less than the reserved peak wherever the cache holds blocks the run no longer uses: when a cudaMalloc fails
-    the allocator releases its cached segments that are wholly free (first those of oversize blocks, then every
-    one) and tries again before it raises (CUDACachingAllocator.cpp `malloc`: `release_available_cached_blocks`,
-    `release_cached_blocks`); what it cannot release is the free space inside segments that still hold a block.
-    So `max_memory_reserved()` says how much the cache grew where memory was plentiful, and this how much the run
-    needs. Found by bisection between just below the allocated peak, where nothing runs, and the reserved peak,
-    where it always runs, over whole 2 MiB steps (every segment is a multiple of 2 MiB, so the reserve is too); the
-    bisection takes the run to succeed on every capacity above one it succeeds on.
+
+def bisected_capacity(events: list[Event], config: AllocatorConfig = AllocatorConfig(), stream_of=lambda r: 0) -> int:
+    """About the least device memory the events run in (what PyTorch may reserve: the GPU's memory less what lives
+    outside its allocator): a capacity they run in where 2 MiB less fails, found by bisection between just below
+    the allocated peak, where nothing runs, and the reserved peak, where the run is the unlimited one.
+
+    It can be well under the reserved peak: when a cudaMalloc fails the allocator releases its cached segments that
+    are wholly free (first those of oversize blocks, then every one, on every stream) and tries again before it
+    raises (CUDACachingAllocator.cpp `malloc`: `release_available_cached_blocks`, `release_cached_blocks`); what
+    it cannot release is the free space inside segments that still hold a block. But success is not monotonic in
+    the capacity: a release early on changes where later blocks go, which can pin a segment that a larger device
+    would have kept whole and released later (tests/test_allocator_replay.py has such a run). So this is an estimate
+    of what a run needs, not a bound; whether a run completes on every device from a given size up is
+    `first_failure`'s question.
 
     Examples
     --------
@@ -195,16 +203,27 @@ def smallest_capacity(events: list[Event], config: AllocatorConfig = AllocatorCo
     >>> from types import SimpleNamespace as Rec
     >>> log = [Rec(nbytes=40 << 20, born=1, died=2, host=False), Rec(nbytes=60 << 20, born=3, died=None, host=False)]
     >>> events = log_events(log)
-    >>> replay_events(events)[0].reserved.peak >> 20, smallest_capacity(events) >> 20
+    >>> replay_events(events)[0].reserved.peak >> 20, bisected_capacity(events) >> 20
     (100, 60)
     """
     a, _ = replay_events(events, config, None, stream_of)
-    step = 2 << 20
-    lo, hi = -(-a.allocated.peak // step) - 1, -(-a.reserved.peak // step)  # in 2 MiB steps: lo fails, hi runs
+    lo, hi = -(-a.allocated.peak // SEGMENT_STEP) - 1, -(-a.reserved.peak // SEGMENT_STEP)  # lo fails, hi runs
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if runs_in(events, mid * step, config, stream_of):
+        if runs_in(events, mid * SEGMENT_STEP, config, stream_of):
             hi = mid
         else:
             lo = mid
-    return hi * step
+    return hi * SEGMENT_STEP
+
+
+def first_failure(events: list[Event], from_bytes: int, config: AllocatorConfig = AllocatorConfig(),
+                  stream_of=lambda r: 0) -> int | None:
+    """The smallest device capacity of at least ``from_bytes`` (in whole 2 MiB steps) on which the events raise out
+    of memory, or None where they run on every one: from the reserved peak up every capacity replays as an
+    unlimited device does, so only the steps below it are tried."""
+    reserved = replay_events(events, config, None, stream_of)[0].reserved.peak
+    for step in range(-(-from_bytes // SEGMENT_STEP), -(-reserved // SEGMENT_STEP)):
+        if not runs_in(events, step * SEGMENT_STEP, config, stream_of):
+            return step * SEGMENT_STEP
+    return None
