@@ -11,9 +11,11 @@ chunk i+1 is computed while chunk i's table is built and chunk i-1's written), s
 its slowest stage where cores are free, and the sum of their CPU where they are not. `--shards N` writes N parts
 at once, each with its own builder and writer thread, the kernel computing their chunks in turn: a measure of what
 more writers would give on this machine. The stages' times include the 65,536-row sample each shard writes to
-memory first to size its part (sweep.expected_bytes), under 1% of the grid; the sweep's own seconds do not. `--column-costs` writes each column of one full chunk (2^20 rows) alone with
-the part writer's settings, best of five: what each column costs the writer, and for those that may hold NULL the
-same values with their NULLs filled in and declared non-null (what the definition levels cost).
+memory first to size its part (sweep.expected_bytes), under 1% of the grid; the sweep's own seconds do not.
+
+`--column-costs` writes each column of one full chunk (2^20 rows) alone with the part writer's settings, best of
+five: what each column costs the writer, and for those that may hold NULL the same values with their NULLs filled
+in and declared non-null (what the definition levels cost).
 """
 
 import argparse
@@ -26,15 +28,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from bench_sweep import spec, toml  # noqa: E402
 
 import engine.dataset.store as store  # noqa: E402
 import engine.dataset.sweep as sweep  # noqa: E402
+from benchmarks.bench_sweep import spec, toml  # noqa: E402 (the checkout first on the path)
 from engine.dataset.chunks import SweepKernel  # noqa: E402
 
 SPENT = collections.defaultdict(float)

@@ -129,9 +129,10 @@ def runs_in_results(rows: list[dict] | None = None) -> list[dict]:
         needs = bisected_capacity(events, config, streams)
         memsim = r["memsim_gib"] * GIB
         fits_from = int(memsim / (1 - INPUTS["headroom"].default))  # the least device memory memsim says FITS on
-        out.append(r | {"replayed_gib": replay_events(events, config, None, streams)[0].reserved.peak / GIB,
-                        "runs_in_gib": needs / GIB, "margin_pct": 100.0 * (memsim - needs) / needs,
-                        "fits_from_gib": fits_from / GIB, "fails_at": first_failure(events, fits_from, config, streams)})
+        replayed = replay_events(events, config, None, streams)[0].reserved.peak
+        out.append(r | {"replayed_gib": replayed / GIB, "runs_in_gib": needs / GIB,
+                        "margin_pct": 100.0 * (memsim - needs) / needs, "fits_from_gib": fits_from / GIB,
+                        "fails_at": first_failure(events, fits_from, config, streams)})
     return out
 
 
@@ -165,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-case", action="store_true", help="one line per measured row as well")
     parser.add_argument("--measured", metavar="CSV", help="the rows of a `memsim measure CASES -o CSV` output instead "
                         "of the committed sets, one line per row")
-    parser.add_argument("--runs-in", action="store_true", help="the committed rows memsim puts below their replayed "
-                        "reserved peak, traced again: the least device memory each runs in, against memsim")
+    parser.add_argument("--runs-in", action="store_true", help="the committed cases memsim puts below their replayed "
+                        "reserved peak, traced again: about what each needs to run, against memsim, and whether each "
+                        "runs on every device memsim says it fits on")
     parser.add_argument("--expandable", type=int, metavar="N", help="N one-GPU rows traced again and replayed with "
                         "expandable segments, against memsim's allocator = expandable")
     args = parser.parse_args(argv)
@@ -177,15 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs_in:
         results = runs_in_results()
         rows = [[r["case_id"], r["group"], f"{r['allocated_gib']:.2f}", f"{r['replayed_gib']:.2f}",
-                 f"{r['runs_in_gib']:.2f}", f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%", f"{r['margin_pct']:+.1f}%",
+                 f"{r['runs_in_gib']:.2f}", f"{r['memsim_gib']:.2f}", f"{r['error_pct']:+.1f}%",
+                 f"{r['margin_pct']:+.1f}%",
                  "yes" if r["fails_at"] is None else f"no: OOM on {r['fails_at'] / GIB:.2f}"] for r in results]
         print("\n".join(aligned(["case", "group", "allocated GiB", "replayed reserved GiB", "runs in GiB", "memsim GiB",
                                  "vs reserved", "vs runs in", "runs wherever memsim says FITS"], rows,
                                 {2, 3, 4, 5, 6, 7})))
         short = [r["margin_pct"] for r in results if r["margin_pct"] < 0]
+        spread = f" (median {statistics.median(short):+.1f}%, lowest {min(short):+.1f}%)" if short else ""
         print(f"\n{len(results)} cases below their replayed reserved peak; memsim short of what they run in on "
-              f"{len(short)}" + (f" (median {statistics.median(short):+.1f}%, lowest {min(short):+.1f}%)" if short else "")
-              + f"; an out-of-memory error on a device memsim says FITS on: "
+              f"{len(short)}{spread}; an out-of-memory error on a device memsim says FITS on: "
               f"{sum(r['fails_at'] is not None for r in results)}")
         return 0
     if args.expandable:
