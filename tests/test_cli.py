@@ -136,6 +136,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_a_flag_written_with_underscores_names_the_flag_meant(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["explain", "--micro_batch", "4", "--seq_len=4096", "--bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert "--micro_batch -> --micro-batch, --seq_len -> --seq-len)" in err and "--bogus ->" not in err
+
+
 def test_malformed_config_json_is_a_clear_error(capsys, tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("{not json")

@@ -27,6 +27,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"memsim: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's parse_args, naming the flag meant where an unknown one is a CONFIG.md name written with
+        underscores (`--micro_batch`: the flags spell the names with dashes, `--micro-batch`)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._subparsers._group_actions[0].choices.get(getattr(parsed, "command", None))
+            known = command._option_string_actions if command is not None else {}
+            meant = [f"{x.split('=')[0]} -> {x.split('=')[0].replace('_', '-')}" for x in extras
+                     if x.startswith("--") and x.split("=")[0].replace("_", "-") in known]
+            hint = f" (flags spell the names with dashes: {', '.join(meant)})" if meant else ""
+            (command or self).error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="memsim", description="Predict per-GPU training memory before the job touches a GPU.")
