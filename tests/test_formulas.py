@@ -249,6 +249,24 @@ def test_compiled_block_keeps_what_inductors_partition_saves(dims, precision, tr
     assert layer_bytes(c) < layer_bytes(eager)
 
 
+@pytest.mark.parametrize("dims, precision, traced", [
+    # Bytes per token a compiled block saves under torchtitan's op policy (memsim measure --compiled on a
+    # selective_op case, flash, rotary cos/sin left out; selective_op.py): the eager policy's set less the down
+    # projection's output where the policy keeps it (Llama, GPT-2), the same set where it recomputes it (Qwen2).
+    (dict(d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192), "bf16", 29_824),  # llama-3.2-1b-like
+    (dict(d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192), "amp_bf16", 33_920),
+    (dict(d_model=896, n_heads=14, n_kv_heads=2, d_ff=4864, linear_bias="qkv"), "bf16", 17_464),  # qwen2.5-0.5b
+    (dict(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, ffn_type="gelu", norm_type="layernorm",
+          act_fn="gelu_new", fused_projections=True, linear_bias="all"), "bf16", 15_408),  # gpt2-124m
+])
+def test_compiled_selective_op_block_keeps_what_inductors_partition_saves(dims, precision, traced):
+    kw = dict(precision=precision, attention="flash", checkpointing="selective_op", micro_batch=1)
+    compiled = config(**{**TINY_LLAMA, **dims}, compile=True, **kw)
+    assert layer_bytes(compiled) == traced * compiled.seq_len
+    eager = layer_bytes(config(**{**TINY_LLAMA, **dims}, **kw))
+    assert eager - layer_bytes(compiled) == (0 if dims.get("linear_bias") == "qkv" else 2 * dims["d_model"] * 512)
+
+
 def test_uneven_pipeline_splits_are_valid_rows():
     # Llama 3.1 405B's 126 layers on 8 stages (torchtitan): 16 on the first six, 15 on the last two.
     c = config(model="llama-3.1-405b", n_gpus=8, pp=8, grad_accum=8)

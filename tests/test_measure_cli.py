@@ -47,6 +47,8 @@ sys.exit(code)
     (["--anatomy", "no-such-case"], "no committed set has a case 'no-such-case'"),
     (["--compiled", "{not json"], "CASE is not valid JSON"),
     (["--compiled", "[1, 2]"], "no committed set has a case"),
+    (["--compiled", '{"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "vocab": 128, "checkpointing": "full"}'],
+     "--compiled traces checkpointing none or selective_op, not full"),
 ])
 def test_bad_combination_is_one_line_and_exit_2(capsys, argv, says):
     code = main(["measure", *argv])

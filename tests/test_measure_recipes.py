@@ -251,6 +251,24 @@ def test_committed_row_reproduces_exactly(knob):
 
 
 @pytest.mark.slow
+def test_compiled_selective_op_block_saves_what_the_model_says():
+    # torchtitan's op policy around a compiled block: Inductor keeps the tagged outputs backward reads (q, v, the
+    # attention's output and logsumexp, gate) and drops the down projection's, which the eager policy keeps.
+    from engine.checks.measure.recipe_compile import block_saved, per_token
+    from engine.model.levels import rank_terms
+    from engine.model.stage import layer_activation_bytes
+    from tests.support import config
+
+    dims = {**TINY_LLAMA, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 192, "precision": "bf16",
+            "attention": "flash", "checkpointing": "selective_op"}
+    rows, tokens = block_saved(dims, 32)
+    assert sorted(shape[-1] for name, shape, _, _ in rows if name.startswith("mm")) == [32, 64, 192]  # v, q, gate
+    slope, _ = per_token(block_saved, dims, 32)
+    c = config(**{**{k: v for k, v in dims.items() if k != "model"}, "compile": True, "micro_batch": 1})
+    assert slope * 32 == layer_activation_bytes(c, rank_terms(c), False)
+
+
+@pytest.mark.slow
 def test_compiled_loss_saves_half_precision_logits_not_fp32_log_probs():
     # Inductor's partition of lm_head + transformers' loss keeps the bf16 logits (2V per token) and two fp32
     # scalars per token (max, log-sum-exp); eager keeps the fp32 log-softmax (4V per token).

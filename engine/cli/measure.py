@@ -172,8 +172,11 @@ def run_anatomy(args) -> None:
 def run_compiled(args) -> None:
     case = case_of(args.compiled)
     load_harness()
-    from engine.checks.measure.recipe_compile import SEQ_LEN, report
+    from engine.checks.measure.recipe_compile import SEQ_LEN, refusal, report
 
+    why = refusal(case)
+    if why:
+        raise UserError(why)
     print(report(case, args.seq_len or SEQ_LEN))
 
 

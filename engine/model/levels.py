@@ -45,6 +45,7 @@ from engine.model.params import n_moe_layers
 from engine.model.peak import Peak, most_loaded, pageable_bytes, save_peak, stage_peaks, stage_share
 from engine.model.save import save_gather_bytes
 from engine.model.selective_op import (
+    compiled_unsaved_bytes_per_token,
     selective_op_replicated_bytes_per_token,
     selective_op_scores_bytes_per_key,
     selective_op_split_bytes_per_token,
@@ -108,6 +109,7 @@ class Rank(NamedTuple):
     sac_split_per_token: int
     sac_moe_split_per_token: int
     sac_scores_per_key: int
+    sac_compiled_unsaved_per_token: int  # what of sac_replicated_per_token a compiled dense block does not save
     compiled_replicated_per_token: int  # the same under torch.compile (compiled.py; dense layers)
     compiled_split_per_token: int
     compiled_scores_per_key: int
@@ -175,6 +177,7 @@ def rank_terms(c):
         sac_split_per_token=selective_op_split_bytes_per_token(c, c.d_ff),
         sac_moe_split_per_token=selective_op_split_bytes_per_token(c, c.moe_d_ff * max(c.top_k, 1)),
         sac_scores_per_key=selective_op_scores_bytes_per_key(c),
+        sac_compiled_unsaved_per_token=compiled_unsaved_bytes_per_token(c, c.d_ff),
         compiled_replicated_per_token=compiled_replicated_bytes_per_token(c, stream_bytes(c), has_dropout(c)),
         compiled_split_per_token=compiled_split_bytes_per_token(c, c.d_ff),
         compiled_scores_per_key=compiled_scores_bytes_per_key(c, has_dropout(c)),

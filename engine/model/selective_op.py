@@ -10,6 +10,14 @@ which the checkpoint keeps. Norms, rotary, activations, the gate·up product and
 Measured on real HF modules: data/measured/recipes.csv (knob selective_op), anatomy in RECIPES.md, e.g. a Llama
 block with flash keeps B_r·h + B_c·(a·d + g·d + f + h) + B_c·a·d + 4·a per token (q, v, gate, down saved).
 
+Under torch.compile (torchtitan compiles each checkpointed block), Inductor's partition honours the policy's tags
+but saves only what backward reads: the block's last linear (the FFN's down projection; GPT-2's MLP c_proj), whose
+output only the residual add reads, is kept by the eager policy's cache and not by the compiled graph. Traced with
+`memsim measure --compiled` on a selective_op case (engine/checks/measure/recipe_compile.py), flash, per token:
+Llama-3.2-1B dims 29,824 bf16 and 33,920 amp_bf16 (eager 33,920 and 38,016: B_c·h less), GPT-2 124M dims 15,408
+(eager 16,944), Qwen2.5-0.5B dims 17,464 (its down projection is an even plain mm, recomputed: no change).
+Dense layers only: an MoE layer's expert outputs are read by the router weights' gradient (not traced).
+
 Symbols: h d_model, a n_heads, g n_kv_heads, d head_dim, f d_ff, B_r the residual stream's bytes, B_c compute.
 """
 
@@ -20,10 +28,9 @@ from engine.model.states import compute_bytes
 
 
 @formula
-def kept_linear_outputs(c, ffn_inner):
-    """The block's linear outputs the policy keeps, per token, as (column-parallel elements, row-parallel
-    elements): every addmm, and the odd-numbered plain mm in the block's order (q, k, v, o, gate, up, down;
-    fused q/k/v and gate/up are one matmul each)."""
+def block_linears(c, ffn_inner):
+    """The block's linears in call order (q, k, v, o, gate, up, down; a fused q/k/v or gate/up is one matmul, the
+    other slots 0) as (output elements per token, has a bias, row-parallel) tuples."""
     h, a, g, d = c.d_model, c.n_heads, kv_heads(c), head_dim(c)
     qkv_bias = c.linear_bias != Bias.NONE
     all_bias = c.linear_bias == Bias.ALL
@@ -33,20 +40,45 @@ def kept_linear_outputs(c, ffn_inner):
         sizes = (a * d, g * d, g * d, h, ffn_inner, ffn_inner if c.ffn_type == FFN.SWIGLU else 0, h)
     biased = (qkv_bias, qkv_bias, qkv_bias, all_bias, all_bias, all_bias, all_bias)
     row_parallel = (False, False, False, True, False, False, True)  # o and down: their outputs are whole
-    column, row, plain = 0, 0, 0
-    for i in range(7):
-        if sizes[i] == 0:
-            continue
-        keep = biased[i]
-        if not biased[i]:
+    return sizes, biased, row_parallel
+
+
+@formula
+def policy_keeps(c, ffn_inner, j):
+    """Whether the policy keeps linear j's output (block_linears' order): an addmm always, a plain mm when it is an
+    odd-numbered one of the block's plain mm (the 1st, 3rd, ...), an absent slot never."""
+    sizes, biased, _ = block_linears(c, ffn_inner)
+    if sizes[j] == 0:
+        return False
+    if biased[j]:
+        return True
+    plain = 0
+    for i in range(j + 1):
+        if sizes[i] != 0 and not biased[i]:
             plain += 1
-            keep = plain % 2 == 1
-        if keep:
+    return plain % 2 == 1
+
+
+@formula
+def kept_linear_outputs(c, ffn_inner):
+    """The block's linear outputs the policy keeps, per token, as (column-parallel elements, row-parallel
+    elements)."""
+    sizes, _, row_parallel = block_linears(c, ffn_inner)
+    column, row = 0, 0
+    for i in range(7):
+        if policy_keeps(c, ffn_inner, i):
             if row_parallel[i]:
                 row += sizes[i]
             else:
                 column += sizes[i]
     return column, row
+
+
+@formula
+def compiled_unsaved_bytes_per_token(c, ffn_inner):
+    """What the policy keeps that a compiled block does not save, per token: the down projection's output, which
+    only the residual add reads (module docstring), where the policy keeps it."""
+    return compute_bytes(c) * c.d_model if policy_keeps(c, ffn_inner, 6) else 0
 
 
 @formula

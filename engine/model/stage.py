@@ -110,9 +110,12 @@ def compiled_layer_bytes(c, r):
 
 @formula
 def selective_op_layer_bytes(c, r, moe_layer):
-    """What one layer keeps under torchtitan's op-level selective checkpointing (selective_op.py)."""
+    """What one layer keeps under torchtitan's op-level selective checkpointing (selective_op.py); a dense layer
+    compiled keeps its down projection's output no more (selective_op.compiled_unsaved_bytes_per_token)."""
     tokens, t = local_tokens(c), c.tp
     replicated = r.sac_replicated_per_token * tokens
+    if c.compile and not moe_layer and not fused_kernels(c):
+        replicated -= r.sac_compiled_unsaved_per_token * tokens
     split_per_token = r.sac_moe_split_per_token if moe_layer else r.sac_split_per_token
     split = (split_per_token + r.sac_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp) * tokens
     return ceil_div(replicated + split, t) if c.sp else replicated + ceil_div(split, t)

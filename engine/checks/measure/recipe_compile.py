@@ -15,9 +15,16 @@ graph's extra outputs are exactly the saved tensors. This module runs that real 
 on the LM head with transformers' loss) of the dims in a case, with CUDA's autocast, dropout and SDPA choices
 (``cuda_semantics``), stops at Inductor's ``inner_compile`` (no code generated or run), and reports the saved
 tensors' bytes per token, each storage counted once, parameters and the graph's own inputs left out.
+
+Under ``checkpointing = selective_op`` the block is wrapped as torchtitan wraps it before compiling it
+(``checkpoint_wrapper`` with its op policy: recipe_checkpoint.py), and Inductor's partition honours the policy's
+tags: the ops it must recompute are recomputed, and of those it must save, only what backward reads is saved.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
 
 import torch
 
@@ -66,7 +73,7 @@ def saved_by_partition(fn, args: tuple, kwargs: dict, attention: str, precision:
 
     dynamo_inputs: list[str] = []
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend)
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)  # a graph break would run the rest eagerly
     with cuda_semantics(attention), autocast_context(precision, "cpu"):
         try:
             compiled(*args, **kwargs)
@@ -76,8 +83,53 @@ def saved_by_partition(fn, args: tuple, kwargs: dict, attention: str, precision:
     return rows
 
 
+def refusal(case: dict) -> str | None:
+    """Why ``case``'s block cannot be traced here, or None: the trace compiles one plain block of the model, with no
+    recomputation or with torchtitan's op policy (transformers' own checkpointing breaks dynamo's graph), and no
+    LoRA or quantized base."""
+    c = resolve(case)
+    if c["checkpointing"] not in ("none", "selective_op"):
+        return f"--compiled traces checkpointing none or selective_op, not {c['checkpointing']}"
+    if c.get("lora_rank", 0) or c.get("base_quant", "none") != "none":
+        return "--compiled traces a block without LoRA or a quantized base"
+    return None
+
+
+@contextlib.contextmanager
+def hub_kernel_hooks_removed(module: torch.nn.Module):
+    """For the duration, the modules of ``module`` run their own forward rather than the ``kernels`` package's
+    wrapper around it (transformers' hub-kernel decorators): the wrapper sets a context variable on every call,
+    a side effect dynamo refuses inside the checkpoint's higher-order op ("HOP: Unsafe side effect"). With no hub
+    kernel loaded the wrapper calls the forward unchanged."""
+    wrapped = {}
+    for m in module.modules():
+        forward = type(m).forward
+        hooked = getattr(getattr(forward, "__code__", None), "co_name", "") == "new_forward"
+        if hooked and hasattr(forward, "__wrapped__"):
+            wrapped.setdefault(type(m), forward)
+    for cls, forward in wrapped.items():
+        cls.forward = forward.__wrapped__
+    try:
+        yield
+    finally:
+        for cls, forward in wrapped.items():
+            cls.forward = forward
+
+
+def checkpointed_as_torchtitan(block: torch.nn.Module) -> torch.nn.Module:
+    """``block`` wrapped as torchtitan's SelectiveAC wraps a block under ``selective_op``: ``checkpoint_wrapper``
+    with the op policy and ``early_stop=False`` (recipe_checkpoint.py)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from engine.checks.measure.recipe_checkpoint import _context_fn, save_ops
+
+    return checkpoint_wrapper(block, context_fn=functools.partial(_context_fn, save_ops()), preserve_rng_state=True,
+                              early_stop=False)
+
+
 def block_saved(case: dict, seq_len: int = SEQ_LEN) -> tuple[list[tuple], int]:
-    """What the compiled first transformer block of ``case`` saves, and the token count it ran on."""
+    """What the compiled first transformer block of ``case`` saves, and the token count it ran on (under
+    ``selective_op``, the block checkpointed as torchtitan checkpoints it)."""
     c = resolve({**case, "n_layers": 1, "vocab": 256, "seq_len": seq_len, "micro_batch": 1})
     dtype = HALF_DTYPE.get(c["precision"], torch.float32)
     model = build_model(c, dtype)
@@ -88,7 +140,11 @@ def block_saved(case: dict, seq_len: int = SEQ_LEN) -> tuple[list[tuple], int]:
     if c["ffn_type"] == "swiglu":
         pos = torch.arange(seq_len)[None]
         kwargs = {"position_embeddings": model.model.rotary_emb(x, pos), "attention_mask": None, "position_ids": pos}
-    return saved_by_partition(block, (x,), kwargs, c["attention"], c["precision"]), seq_len
+    if c["checkpointing"] != "selective_op":
+        return saved_by_partition(block, (x,), kwargs, c["attention"], c["precision"]), seq_len
+    with hub_kernel_hooks_removed(block):
+        saved = saved_by_partition(checkpointed_as_torchtitan(block), (x,), kwargs, c["attention"], c["precision"])
+    return saved, seq_len
 
 
 def head_loss_saved(case: dict, seq_len: int = SEQ_LEN) -> tuple[list[tuple], int]:
