@@ -44,6 +44,11 @@ def test_hardware_peaks_are_reported_per_source_and_never_fail_validate():
     assert len(stated) - 1 >= 8  # sources
     assert {r["group"].split(":")[1] for r in hardware_results(RECIPE_SOURCES)} == RECIPE_SOURCES
     # a peak the source does not name (allocated or reserved) is met anywhere between the two
-    result = {"allocated_peak_bytes": 10, "reserved_peak_bytes": 12, "device_peak_bytes": 13}
+    result = {"allocated_peak_bytes": 10, "reserved_peak_bytes": 12, "device_peak_bytes": 13, "overhead_bytes": 1,
+              "capacity_bytes": 100}
     assert [compared_bytes("unknown_peak", result, p) for p in (9, 11, 14)] == [10, 11, 12]
     assert compared_bytes("total_per_gpu", result, 11) == 13
+    # on a GPU of 12 bytes the run reports no more than the 11 it leaves PyTorch; never less than what it allocates
+    small = result | {"capacity_bytes": 12}
+    assert [compared_bytes(m, small, 11) for m in ("peak_reserved", "total_per_gpu", "peak_allocated")] == [11, 12, 10]
+    assert compared_bytes("peak_reserved", result | {"capacity_bytes": 8}, 11) == 10

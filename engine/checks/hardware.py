@@ -33,15 +33,23 @@ def hardware_rows(sources: set[str] | None = None) -> list[dict]:
 
 def compared_bytes(metric: str, result: dict, measured: float) -> float:
     """memsim's number for a measured metric: the allocated or reserved peak, the device peak for a reading of the
-    whole GPU; a peak the source does not name is met anywhere between allocated and reserved."""
+    whole GPU; a peak the source does not name is met anywhere between allocated and reserved.
+
+    The reserve a run reports cannot pass what its GPU leaves PyTorch: where memsim's reserve (what the cache grows
+    to on a device with room to spare) is more than the GPU's capacity less memsim's memory outside PyTorch, a
+    failed cudaMalloc frees the cached blocks no tensor holds and retries (CUDACachingAllocator.cpp `malloc`:
+    release_available_cached_blocks, release_cached_blocks), so the run reports at most that bound, and at least
+    its allocated peak. memsim's own outputs keep the unbounded reserve (`fits` weighs it, on the safe side)."""
+    allocated = result["allocated_peak_bytes"]
+    room = result["capacity_bytes"] - result["overhead_bytes"]
+    reserved = min(result["reserved_peak_bytes"], max(allocated, room))
     if metric == "peak_allocated":
-        return result["allocated_peak_bytes"]
+        return allocated
     if metric == "peak_reserved":
-        return result["reserved_peak_bytes"]
+        return reserved
     if metric == "total_per_gpu":
-        return result["device_peak_bytes"]
-    low, high = result["allocated_peak_bytes"], result["reserved_peak_bytes"]
-    return min(max(measured, low), high)  # unknown_peak: the nearer end of [allocated, reserved]
+        return reserved + result["overhead_bytes"]
+    return min(max(measured, allocated), reserved)  # unknown_peak: the nearer end of [allocated, reserved]
 
 
 def hardware_results(sources: set[str] | None = None) -> list[dict]:
