@@ -84,6 +84,8 @@ def report(row: dict) -> str:
     init_end = max(i for i, e in enumerate(events) if e[0] <= marks["step0"])
     after_init, _ = replay_events(events, config, device, streams, stop_after=init_end)
     trace = allocated if row["metric"] == "peak_allocated" else reserved
+    if row["metric"] == "total_per_gpu":  # a reading of the whole GPU: the memory outside PyTorch too (memsim's)
+        trace += result["overhead_bytes"]
     err = lambda x: f"{100 * (x - measured) / measured:+6.1f}%"  # noqa: E731
     return (f"{row['case_id']:44s} {row['metric']:14s} GPU {measured / GIB:6.2f}  trace {trace / GIB:6.2f} "
             f"({allocated / GIB:5.2f} allocated) {err(trace)}  memsim {memsim / GIB:6.2f} {err(memsim)}  "
