@@ -106,7 +106,7 @@ def test_explain_suggests_a_recipe_knob_only_when_it_lowers_the_peak():
 
     long = changes(8192)  # the peak is in backward: activation knobs help, the optimizer's step buffers do not
     for knob in ("chunked cross-entropy", "fused linear cross-entropy", "op-level selective", "activation offload",
-                 "8-bit AdamW", "pure bf16", "LoRA r=16", "QLoRA r=16"):
+                 "8-bit AdamW", "pure bf16", "LoRA r=16", "QLoRA r=16", "torch.compile"):
         assert any(change.startswith(knob) for change in long), knob
     assert not any(change.startswith(("the fused optimizer", "the optimizer step in")) for change in long)
     fsdp2 = {"model": "llama-2-13b", "n_gpus": 8, "zero_stage": 3, "checkpointing": "full", "micro_batch": 4,

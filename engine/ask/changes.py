@@ -85,6 +85,8 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
         out.append(("fused linear cross-entropy (Liger, Cut Cross-Entropy)", {"loss_impl": "fused_linear"}))
     if rec.checkpointing in (Ckpt.NONE, Ckpt.SELECTIVE):
         out.append(("op-level selective recomputation (torchtitan)", {"checkpointing": "selective_op"}))
+    if not rec.compile:  # Inductor's partition keeps less for backward (compiled.py, selective_op.py), the loss too
+        out.append(("torch.compile (the blocks and the loss)", {"compile": True}))
     if not rec.activation_offload:
         out.append(("activation offload to host RAM", {"activation_offload": True}))
     if rec.optimizer in (Optimizer.ADAM, Optimizer.ADAMW):
