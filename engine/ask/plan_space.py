@@ -11,7 +11,10 @@ configuration); each searched input is an axis, and inputs that only make sense 
     loss        loss_impl with loss_chunks: standard, chunked (8 slices), fused_linear
     method      lora_rank with base_quant: the user's (--method keep), or full, LoRA r=16 and QLoRA r=16 (any)
     precision   the user's and the others of its 16-bit family, fp8 where the GPU has fp8 tensor cores
-    framework   pytorch, fsdp, deepspeed, megatron (data/frameworks.toml)
+    framework   pytorch, fsdp, deepspeed, megatron (data/frameworks.toml), linked with compile: torch.compile off
+                and on where the framework runs Hugging Face / PyTorch modules; under the fused kernels of Megatron
+                and DeepSpeed (frameworks.toml fused_kernels) the user's value only, as memsim's compiled terms
+                (compiled.py, selective_op.py) are those of Inductor's partition of PyTorch's modules
     activation_offload: off and on
     optimizer_impl fused, attention flash, allocator expandable: the lightest, and no slower than the others
                 (time.py has one rate for every attention kernel and optimizer step; expandable segments reserve
@@ -31,6 +34,7 @@ CP_MIN_TOKENS tokens per rank (ring attention's K/V passes outgrow the attention
 
 from dataclasses import dataclass
 
+from engine.catalogs.conventions import FRAMEWORK_FUSED_KERNELS
 from engine.errors import UserError
 from engine.inputs.codes import Framework, Precision, names
 from engine.inputs.vocabulary import spell
@@ -50,7 +54,7 @@ METHODS = {"full": (0, "none"), "lora": (16, "none"), "qlora": (16, "nf4")}  # l
 LAYOUT = ["tp", "pp", "cp", "ep", "pp_schedule", "vpp", "sp", "loss_parallel"]
 # inputs the plan may change, in the order its differences are said
 SEARCHED = ["n_gpus", "dp", "tp", "pp", "cp", "ep", "pp_schedule", "vpp", "sp", "zero_stage", "offload",
-            "checkpointing", "checkpoint_every", "micro_batch", "grad_accum", "precision", "framework",
+            "checkpointing", "checkpoint_every", "micro_batch", "grad_accum", "precision", "framework", "compile",
             "optimizer_impl", "loss_impl", "loss_chunks", "loss_parallel", "attention", "activation_offload",
             "lora_rank", "base_quant", "allocator"]
 
@@ -116,6 +120,16 @@ def precisions(rec) -> list[str]:
     return list(dict.fromkeys([user, *family]))
 
 
+def framework_compile(user_compile: bool) -> list[tuple[str, bool]]:
+    """(framework, compile) pairs: compile off and on under the frameworks that run PyTorch's modules, the user's
+    value under the fused-kernel ones."""
+    pairs = []
+    for name, code in zip(FRAMEWORKS, Framework):
+        choices = [user_compile] if FRAMEWORK_FUSED_KERNELS[code] else [user_compile, not user_compile]
+        pairs += [(name, compile_) for compile_ in choices]
+    return pairs
+
+
 def user_first(values: list, user) -> list:
     """Values with the user's own first (when it is one of them), so ties go to what the user has."""
     return sorted(dict.fromkeys(values), key=lambda v: v != user)
@@ -135,7 +149,8 @@ def shared_axes(rec, method: str) -> tuple[dict, dict]:
     if len(set(methods)) > 1:
         add_link(axes, links, "method", ["lora_rank", "base_quant"], list(dict.fromkeys(methods)))
     axes["precision"] = precisions(rec)
-    axes["framework"] = user_first(list(FRAMEWORKS), user["framework"])
+    add_link(axes, links, "framework", ["framework", "compile"],
+             user_first(framework_compile(user["compile"]), (user["framework"], user["compile"])))
     axes["optimizer_impl"] = ["fused"]
     axes["attention"] = ["flash"]
     axes["allocator"] = ["expandable"]
