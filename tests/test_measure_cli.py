@@ -147,3 +147,19 @@ def test_help_examples_name_committed_cases():
 
     ids = re.findall(r"--(?:anatomy|compiled) ([\w.-]+)", EXAMPLE)
     assert len(ids) == 2 and all(find_case(cid) for cid in ids)
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_its_loop_on_fake_tensors_where_no_gpu_is_lent(tmp_path):
+    # benchmarks/gpu_truth.py is what a session lent a GPU runs: here, on fake tensors, its rows are the committed
+    # trace's own and memsim's estimate sits beside them; without a GPU, --device cuda is one line and exit 2.
+    script = [sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_truth.py"), str(tmp_path)]
+    case = "gpt2-124m_fp32_sgd_eager_s512_b8"
+    done = subprocess.run([*script, "--device", "fake", "--only", case], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "gpu_truth.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["status"] == "ok" and row["gpu_allocated_peak_bytes"] == row["trace_allocated_peak_bytes"]
+    assert abs(int(row["memsim_allocated_peak_bytes"]) / int(row["trace_allocated_peak_bytes"]) - 1) < 0.01
+    no_gpu = subprocess.run(script, capture_output=True, text=True)
+    assert no_gpu.returncode == 2 and no_gpu.stderr.count("\n") == 1 and "no CUDA GPU" in no_gpu.stderr

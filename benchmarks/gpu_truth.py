@@ -1,0 +1,172 @@
+"""Real peaks on a CUDA GPU for the committed single-GPU cases: the one script a session lent a GPU runs.
+
+    python3 benchmarks/gpu_truth.py OUT_DIR                  # on the GPU machine, in the repository's root
+    python3 benchmarks/gpu_truth.py OUT_DIR --budget-s 480 --only llama
+    python3 benchmarks/gpu_truth.py /tmp/x --device fake --only gpt2-124m_fp32   # the same loop here, no GPU
+
+Each case of `memsim measure --set single` (data/measured/cpu_fake.csv: its 96 cases, GPT-2, Llama-like and
+Qwen2-like dims, recipes from fp32 to amp, eager to flash, LoRA, recomputation) runs the two training steps the
+committed set traces on fake tensors, for real on cuda:0 (engine/checks/measure/cuda_run.py): the measured step's
+`max_memory_allocated()` and `max_memory_reserved()`, and right after it NVML's memory used by the whole GPU, so
+what lives outside PyTorch's allocator (CUDA context, cuBLAS workspaces) is that less `memory_reserved()`. Beside
+them, one row per case: the committed trace's allocated peak and its replayed reserved peak (allocator_replay.py),
+and memsim's estimate on the catalog GPU `--gpu` (allocated, reserved, memory outside PyTorch).
+
+A row is appended to OUT_DIR/gpu_truth.csv as soon as its case is measured, so a run stopped at its limit keeps
+what it measured; a case that fails writes its error in the row and the loop goes on. No new case starts once
+`--budget-s` seconds have passed. The end prints the medians: GPU against the trace (allocated, reserved) and
+against memsim. Needs torch with CUDA, transformers and peft (the device machine's own; `*_version` columns say
+which), numba, numpy and pyarrow; not polars, duckdb or altair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.errors import UserError  # noqa: E402
+
+COMMITTED = ROOT / "data" / "measured" / "cpu_fake.csv"
+GIB = 2**30
+COLUMNS = ["case_id", "status", "seconds", "gpu_allocated_peak_bytes", "gpu_reserved_peak_bytes",
+           "nvml_used_bytes", "gpu_reserved_now_bytes", "outside_allocator_bytes", "trace_allocated_peak_bytes",
+           "trace_reserved_peak_bytes", "memsim_allocated_peak_bytes", "memsim_reserved_peak_bytes",
+           "memsim_overhead_bytes", "gpu_name", "torch_version", "transformers_version", "peft_version", "error"]
+
+
+SUMMARIES = [  # (what, the estimate's column, the truth's column)
+    ("trace vs GPU, allocated", "trace_allocated_peak_bytes", "gpu_allocated_peak_bytes"),
+    ("trace vs GPU, reserved", "trace_reserved_peak_bytes", "gpu_reserved_peak_bytes"),
+    ("memsim vs GPU, allocated", "memsim_allocated_peak_bytes", "gpu_allocated_peak_bytes"),
+    ("memsim vs GPU, reserved", "memsim_reserved_peak_bytes", "gpu_reserved_peak_bytes"),
+    ("memsim vs NVML, outside", "memsim_overhead_bytes", "outside_allocator_bytes"),
+]
+
+
+def committed_rows() -> dict[str, dict]:
+    with open(COMMITTED, newline="") as f:
+        return {row["case_id"]: row for row in csv.DictReader(f)}
+
+
+def nvml_used(device: str) -> tuple[int, str]:
+    """NVML's memory used on GPU 0 and its name ((0, '') without a GPU or NVML)."""
+    if device != "cuda":
+        return 0, ""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used), name.decode() if isinstance(name, bytes) else name
+    except Exception:  # noqa: BLE001 (NVML missing: the column stays empty, the peaks still count)
+        return 0, ""
+
+
+def memsim_estimate(trace: dict, gpu: str) -> dict:
+    """memsim on the committed row's resolved inputs, as `memsim validate --set single` evaluates it, on `gpu`."""
+    from engine.ask.evaluate import evaluate_cases
+    from engine.checks.validate import config_of
+
+    return evaluate_cases([{**config_of(trace, by_dims=True), "gpu": gpu}])[0]
+
+
+def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
+    """One row: the case run on `device`, the committed trace's peaks and memsim's estimate beside it."""
+    import torch
+
+    from engine.checks.measure.reference_set import measure_row
+
+    row = {"case_id": cid, "trace_allocated_peak_bytes": trace.get("measured_allocated_peak_bytes", ""),
+           "trace_reserved_peak_bytes": trace.get("measured_reserved_peak_bytes", "")}
+    began = time.time()
+    try:
+        got = measure_row(cid, "", case, device)
+        used, name = nvml_used(device)
+        reserved_now = torch.cuda.memory_reserved() if device == "cuda" else 0
+        row.update(status="ok", gpu_allocated_peak_bytes=got["measured_allocated_peak_bytes"],
+                   gpu_reserved_peak_bytes=got["measured_reserved_peak_bytes"], nvml_used_bytes=used or "",
+                   gpu_reserved_now_bytes=reserved_now, outside_allocator_bytes=used - reserved_now if used else "",
+                   gpu_name=name, **{k: got.get(k, "") for k in ("torch_version", "transformers_version",
+                                                                 "peft_version")})
+    except Exception as err:  # noqa: BLE001 (one case's failure is recorded, and the rest still run)
+        row.update(status="error", error=" ".join(str(err).split())[:300])
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    row["seconds"] = f"{time.time() - began:.1f}"
+    if not trace:
+        row["error"] = (row.get("error", "") + " memsim: not in the committed set").strip()
+        return row
+    try:
+        est = memsim_estimate(trace, gpu)
+        row.update(memsim_allocated_peak_bytes=est["allocated_peak_bytes"],
+                   memsim_reserved_peak_bytes=est["reserved_peak_bytes"], memsim_overhead_bytes=est["overhead_bytes"])
+    except UserError as err:
+        row["error"] = (row.get("error", "") + f" memsim: {err}").strip()
+    return row
+
+
+def median_error(rows: list[dict], estimate: str, truth: str) -> str:
+    errors = [100 * (float(r[estimate]) - float(r[truth])) / float(r[truth]) for r in rows
+              if r.get("status") == "ok" and r.get(estimate) not in ("", None) and float(r[truth] or 0) > 0]
+    if not errors:
+        return "none"
+    return (f"median |error| {statistics.median(abs(e) for e in errors):.1f}%, signed "
+            f"{statistics.median(errors):+.1f}%, {min(errors):+.1f}% .. {max(errors):+.1f}% ({len(errors)} cases)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--only", default="", help="cases whose id contains this text")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="start no case after this many seconds")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "fake"), help="fake: the loop here, without a GPU")
+    ap.add_argument("--gpu", default="h200-sxm-141gb", help="the catalog GPU memsim estimates on")
+    args = ap.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_truth: no CUDA GPU is visible (--device fake runs the loop without one)", file=sys.stderr)
+            return 2
+    from engine.checks.measure.reference_set import reference_cases
+
+    cases = [(cid, case) for cid, _, case in reference_cases() if args.only in cid]
+    if not cases:
+        print(f"gpu_truth: no single-GPU case has {args.only!r} in its id", file=sys.stderr)
+        return 2
+    committed = committed_rows()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out = args.out_dir / "gpu_truth.csv"
+    started, rows = time.time(), []
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for cid, case in cases:
+            if time.time() - started > args.budget_s:
+                print(f"budget of {args.budget_s:.0f} s spent: {len(rows)} of {len(cases)} cases measured")
+                break
+            row = measure(cid, case, committed.get(cid, {}), args.device, args.gpu)
+            writer.writerow(row)
+            f.flush()
+            rows.append(row)
+            print(f"{cid:<52} {row['status']:<5} {row['seconds']:>6} s  allocated "
+                  f"{float(row.get('gpu_allocated_peak_bytes') or 0) / GIB:7.3f}  reserved "
+                  f"{float(row.get('gpu_reserved_peak_bytes') or 0) / GIB:7.3f} GiB {row.get('error', '')[:80]}",
+                  flush=True)
+    print(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} cases ok -> {out}")
+    for title, estimate, truth in SUMMARIES:
+        print(f"{title:<26} {median_error(rows, estimate, truth)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
