@@ -2,6 +2,7 @@
 the training-recipe knobs (CONFIG.md "Training recipe") and cheaper training methods. Each is a (what to say, the
 changed inputs) pair; explain evaluates them in one batch and keeps those that lower the peak."""
 
+from engine.catalogs.conventions import FRAMEWORK_FUSED_KERNELS
 from engine.inputs.codes import (
     Allocator,
     Attn,
@@ -85,7 +86,8 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
         out.append(("fused linear cross-entropy (Liger, Cut Cross-Entropy)", {"loss_impl": "fused_linear"}))
     if rec.checkpointing in (Ckpt.NONE, Ckpt.SELECTIVE):
         out.append(("op-level selective recomputation (torchtitan)", {"checkpointing": "selective_op"}))
-    if not rec.compile:  # Inductor's partition keeps less for backward (compiled.py, selective_op.py), the loss too
+    if not rec.compile and not FRAMEWORK_FUSED_KERNELS[rec.framework]:  # Inductor's partition of PyTorch's modules
+        # keeps less for backward (compiled.py, selective_op.py), the loss too; as memsim plan searches it
         out.append(("torch.compile (the blocks and the loss)", {"compile": True}))
     if not rec.activation_offload:
         out.append(("activation offload to host RAM", {"activation_offload": True}))
