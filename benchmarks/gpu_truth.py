@@ -7,10 +7,13 @@
 Each case of `memsim measure --set single` (data/measured/cpu_fake.csv: its 96 cases, GPT-2, Llama-like and
 Qwen2-like dims, recipes from fp32 to amp, eager to flash, LoRA, recomputation) runs the two training steps the
 committed set traces on fake tensors, for real on cuda:0 (engine/checks/measure/cuda_run.py): the measured step's
-`max_memory_allocated()` and `max_memory_reserved()`, and right after it NVML's memory used by the whole GPU, so
-what lives outside PyTorch's allocator (CUDA context, cuBLAS workspaces) is that less `memory_reserved()`. Beside
-them, one row per case: the committed trace's allocated peak and its replayed reserved peak (allocator_replay.py),
-and memsim's estimate on the catalog GPU `--gpu` (allocated, reserved, memory outside PyTorch).
+`max_memory_allocated()` and `max_memory_reserved()`; and once the case is over (its tensors freed, its cache
+emptied) the device's memory in use, `torch.cuda.mem_get_info()`'s total less free, less `memory_reserved()`: what
+lives outside PyTorch's allocator, the CUDA context above all. (cuBLAS's workspaces are inside it since PyTorch
+1.11, CublasHandlePool.cpp, where memsim's overhead_bytes counts them outside: about 66 MiB that the two columns
+place differently.) Beside them, one row per case: the committed trace's allocated peak and its replayed reserved
+peak (allocator_replay.py), and memsim's estimate on the catalog GPU `--gpu` (allocated, reserved, memory outside
+PyTorch).
 
 A row is appended to OUT_DIR/gpu_truth.csv as soon as its case is measured, so a run stopped at its limit keeps
 what it measured; a case that fails writes its error in the row and the loop goes on. No new case starts once
@@ -36,7 +39,7 @@ from engine.errors import UserError  # noqa: E402
 COMMITTED = ROOT / "data" / "measured" / "cpu_fake.csv"
 GIB = 2**30
 COLUMNS = ["case_id", "status", "seconds", "gpu_allocated_peak_bytes", "gpu_reserved_peak_bytes",
-           "nvml_used_bytes", "gpu_reserved_now_bytes", "outside_allocator_bytes", "trace_allocated_peak_bytes",
+           "device_used_bytes", "gpu_reserved_now_bytes", "outside_allocator_bytes", "trace_allocated_peak_bytes",
            "trace_reserved_peak_bytes", "memsim_allocated_peak_bytes", "memsim_reserved_peak_bytes",
            "memsim_overhead_bytes", "gpu_name", "torch_version", "transformers_version", "peft_version", "error"]
 
@@ -46,7 +49,7 @@ SUMMARIES = [  # (what, the estimate's column, the truth's column)
     ("trace vs GPU, reserved", "trace_reserved_peak_bytes", "gpu_reserved_peak_bytes"),
     ("memsim vs GPU, allocated", "memsim_allocated_peak_bytes", "gpu_allocated_peak_bytes"),
     ("memsim vs GPU, reserved", "memsim_reserved_peak_bytes", "gpu_reserved_peak_bytes"),
-    ("memsim vs NVML, outside", "memsim_overhead_bytes", "outside_allocator_bytes"),
+    ("memsim vs GPU, outside", "memsim_overhead_bytes", "outside_allocator_bytes"),
 ]
 
 
@@ -55,19 +58,15 @@ def committed_rows() -> dict[str, dict]:
         return {row["case_id"]: row for row in csv.DictReader(f)}
 
 
-def nvml_used(device: str) -> tuple[int, str]:
-    """NVML's memory used on GPU 0 and its name ((0, '') without a GPU or NVML)."""
+def device_in_use(device: str) -> tuple[int, str]:
+    """The bytes in use on the current CUDA device (total less free: every process, the CUDA context included) and
+    its name; (0, '') without a GPU."""
     if device != "cuda":
         return 0, ""
-    try:
-        import pynvml
+    import torch
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used), name.decode() if isinstance(name, bytes) else name
-    except Exception:  # noqa: BLE001 (NVML missing: the column stays empty, the peaks still count)
-        return 0, ""
+    free, total = torch.cuda.mem_get_info()
+    return int(total - free), torch.cuda.get_device_name()
 
 
 def memsim_estimate(trace: dict, gpu: str) -> dict:
@@ -89,10 +88,10 @@ def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
     began = time.time()
     try:
         got = measure_row(cid, "", case, device)
-        used, name = nvml_used(device)
+        used, name = device_in_use(device)
         reserved_now = torch.cuda.memory_reserved() if device == "cuda" else 0
         row.update(status="ok", gpu_allocated_peak_bytes=got["measured_allocated_peak_bytes"],
-                   gpu_reserved_peak_bytes=got["measured_reserved_peak_bytes"], nvml_used_bytes=used or "",
+                   gpu_reserved_peak_bytes=got["measured_reserved_peak_bytes"], device_used_bytes=used or "",
                    gpu_reserved_now_bytes=reserved_now, outside_allocator_bytes=used - reserved_now if used else "",
                    gpu_name=name, **{k: got.get(k, "") for k in ("torch_version", "transformers_version",
                                                                  "peft_version")})

@@ -282,3 +282,28 @@ def test_a_compile_says_how_long_it_has_taken_until_it_returns(caplog):
     assert caplog.messages[0].startswith("compiling the kernel (first run only, about 120 s")
     assert 3 <= said - 1 <= 10 and all(m.startswith("still compiling: ") for m in caplog.messages[1:])
     assert len(caplog.messages) == said
+
+
+def readme_examples(command: str) -> list[tuple[list[str], str]]:
+    """README's ```text blocks that show `$ memsim <command> ...`: (its arguments, what it printed)."""
+    from engine import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```text\n\$ memsim (" + command + r" [^\n]*)\n(.*?)```", readme, re.S)
+    return [(line.split(), shown) for line, shown in blocks]
+
+
+def test_readme_explain_examples_are_what_explain_prints(capsys):
+    examples = readme_examples("explain")
+    assert len(examples) >= 2
+    for argv, shown in examples:
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and out == shown, " ".join(argv)
+
+
+@pytest.mark.slow  # the plan runs the compiled kernel
+def test_readme_plan_example_is_what_plan_prints(capsys):
+    (argv, shown), = readme_examples("plan")
+    code, out, _ = run(capsys, *argv)
+    seconds = re.compile(r"sweep kernel, [0-9.]+ s\)")  # how long the search took: the machine's, not memsim's
+    assert code == 0 and seconds.sub("", out) == seconds.sub("", shown)

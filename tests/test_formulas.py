@@ -267,6 +267,23 @@ def test_compiled_selective_op_block_keeps_what_inductors_partition_saves(dims, 
     assert eager - layer_bytes(compiled) == (0 if dims.get("linear_bias") == "qkv" else 2 * dims["d_model"] * 512)
 
 
+def test_a_compiled_block_keeps_the_down_projections_output_where_a_post_norm_reads_it():
+    # Gemma 2's post-FFN norm and OLMo 2's post-norms read the down projection's output in backward, so a compiled
+    # block saves it as the eager policy does; a pre-norm decoder drops it. What backward rebuilds stays eager's.
+    from engine.model.stage import layer_bytes as step_layer_bytes
+
+    def per_layer(model, **kw):
+        kw = dict(model=model, checkpointing="selective_op", attention="flash", seq_len=4096, **kw)
+        eager, compiled = config(**kw), config(**kw, compile=True)
+        return [(layer_bytes(c), step_layer_bytes(c, rank_terms(c)).recomputed) for c in (eager, compiled)]
+
+    for post_norm in ("gemma-2-9b", "olmo-2-7b"):
+        assert len(set(per_layer(post_norm))) == 1, post_norm
+    (eager, eager_rebuilt), (compiled, rebuilt) = per_layer("llama-3.1-8b")
+    assert eager - compiled == 2 * 4096 * 4096 and rebuilt == eager_rebuilt
+    assert len(set(per_layer("llama-3.1-8b", lora_rank=16))) == 1  # LoRA's adapters on it: not traced
+
+
 def test_uneven_pipeline_splits_are_valid_rows():
     # Llama 3.1 405B's 126 layers on 8 stages (torchtitan): 16 on the first six, 15 on the last two.
     c = config(model="llama-3.1-405b", n_gpus=8, pp=8, grad_accum=8)

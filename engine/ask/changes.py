@@ -88,7 +88,7 @@ def recipe_variants(rec) -> list[tuple[str, dict]]:
         out.append(("op-level selective recomputation (torchtitan)", {"checkpointing": "selective_op"}))
     if not rec.compile and not FRAMEWORK_FUSED_KERNELS[rec.framework]:  # Inductor's partition of PyTorch's modules
         # keeps less for backward (compiled.py, selective_op.py), the loss too; as memsim plan searches it
-        out.append(("torch.compile (the blocks and the loss)", {"compile": True}))
+        out.append((f"torch.compile (the blocks{' and the loss' if rec.compile_loss else ''})", {"compile": True}))
     if not rec.activation_offload:
         out.append(("activation offload to host RAM", {"activation_offload": True}))
     if rec.optimizer in (Optimizer.ADAM, Optimizer.ADAMW):

@@ -28,9 +28,10 @@ from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.params import has_dims
 
 RANK_BY = ("time", "cost")
-# Inputs a plan puts back to the user's values, group by group, where it still fits and is no slower
+# Inputs a plan puts back to the user's values, group by group, where it still fits and is no slower (the framework
+# with compile, which the search links: no plan compiles under Megatron's or DeepSpeed's fused kernels)
 REVERTIBLE = [("zero_stage", "offload"), ("checkpointing", "checkpoint_every"), ("loss_impl", "loss_chunks"),
-              ("precision",), ("framework",), ("compile",), ("optimizer_impl",), ("attention",),
+              ("precision",), ("framework", "compile"), ("compile",), ("optimizer_impl",), ("attention",),
               ("activation_offload",), ("lora_rank", "base_quant"), ("sp",), ("loss_parallel",), ("allocator",)]
 SIMPLIFY_BATCHES = 4  # batches of candidates simplified before a plan settles for fewer plans than --top
 REVERT_TOLERANCE = 0.005  # 0.5%: well inside the time model's error (median 7.5%, README "Accuracy")

@@ -86,7 +86,8 @@ def layout(i: dict) -> str:
     recompute = "no" if i["checkpointing"] == "none" else i["checkpointing"]
     parts.append(f"{recompute}{every} recompute" + (" + activation offload" if i["activation_offload"] else ""))
     parts.append(f"micro-batch {i['micro_batch']} x {i['grad_accum']}")
-    parts.append(f"{i['precision']}, {i['framework']}, {i['optimizer_impl']} step, {i['loss_impl']} loss")
+    compiled = " + compile" if i.get("compile") else ""
+    parts.append(f"{i['precision']}, {i['framework']}{compiled}, {i['optimizer_impl']} step, {i['loss_impl']} loss")
     if i["lora_rank"]:
         parts.append(f"LoRA r={i['lora_rank']}" + (f" on {i['base_quant']}" if i["base_quant"] != "none" else ""))
     return "; ".join(parts)

@@ -32,9 +32,11 @@ class Parser(argparse.ArgumentParser):
         underscores (`--micro_batch`: the flags spell the names with dashes, `--micro-batch`)."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            command = self._subparsers._group_actions[0].choices.get(getattr(parsed, "command", None))
+            commands = self._subparsers._group_actions[0].choices if self._subparsers else {}
+            command = commands.get(getattr(parsed, "command", None))
             known = command._option_string_actions if command is not None else {}
-            meant = [f"{x.split('=')[0]} -> {x.split('=')[0].replace('_', '-')}" for x in extras
+            flags = extras[:extras.index("--")] if "--" in extras else extras  # after "--", values, not flags
+            meant = [f"{x.split('=')[0]} -> {x.split('=')[0].replace('_', '-')}" for x in flags
                      if x.startswith("--") and x.split("=")[0].replace("_", "-") in known]
             hint = f" (flags spell the names with dashes: {', '.join(meant)})" if meant else ""
             (command or self).error(f"unrecognized arguments: {' '.join(extras)}{hint}")

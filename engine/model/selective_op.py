@@ -16,7 +16,10 @@ output only the residual add reads, is kept by the eager policy's cache and not 
 `memsim measure --compiled` on a selective_op case (engine/checks/measure/recipe_compile.py), flash, per token:
 Llama-3.2-1B dims 29,824 bf16 and 33,920 amp_bf16 (eager 33,920 and 38,016: B_c·h less), GPT-2 124M dims 15,408
 (eager 16,944), Qwen2.5-0.5B dims 17,464 (its down projection is an even plain mm, recomputed: no change).
-Dense layers only: an MoE layer's expert outputs are read by the router weights' gradient (not traced).
+Dense layers only: an MoE layer's expert outputs are read by the router weights' gradient (not traced); and only
+where nothing else reads the down projection's output (down_output_feeds_only_the_residual): not under a post-FFN
+norm (Gemma 2 and 3, OLMo 2), whose backward reads it. What a compiled backward rebuilds is not traced:
+stage.layer_bytes keeps the eager policy's recomputation.
 
 Symbols: h d_model, a n_heads, g n_kv_heads, d head_dim, f d_ff, B_r the residual stream's bytes, B_c compute.
 """
@@ -75,10 +78,22 @@ def kept_linear_outputs(c, ffn_inner):
 
 
 @formula
+def down_output_feeds_only_the_residual(c):
+    """Whether nothing but the residual add reads the down projection's output: a pre-norm decoder (Falcon's
+    parallel block, one norm, too). A norm after the FFN reads it in backward: Gemma 2's and 3's post-FFN norm
+    (norms_per_layer = 4) and OLMo 2's (its RMSNorms follow attention and the FFN, none before; memsim knows OLMo 2
+    by its q/k norm over all heads, models.toml); an encoder's post-LN (lm_head = false) is not traced, nor are
+    LoRA's adapters on the projection."""
+    return c.norms_per_layer <= 2 and not c.qk_norm_all_heads and c.lm_head and c.lora_rank == 0
+
+
+@formula
 def compiled_unsaved_bytes_per_token(c, ffn_inner):
-    """What the policy keeps that a compiled block does not save, per token: the down projection's output, which
-    only the residual add reads (module docstring), where the policy keeps it."""
-    return compute_bytes(c) * c.d_model if policy_keeps(c, ffn_inner, 6) else 0
+    """What the policy keeps that a compiled block does not save, per token: the down projection's output, where
+    the policy keeps it and only the residual add reads it (module docstring)."""
+    if not down_output_feeds_only_the_residual(c) or not policy_keeps(c, ffn_inner, 6):
+        return 0
+    return compute_bytes(c) * c.d_model
 
 
 @formula

@@ -64,6 +64,8 @@ def layer_bytes(c, r):
     recomputed = 0
     if recomputes:  # one layer at a time, an MoE one where the model has them
         whole, saved = (moe_whole, moe_saved) if moe else (dense_whole, dense_saved)
+        if c.checkpointing == Ckpt.SELECTIVE_OP and c.compile and not moe:  # what a compiled backward rebuilds is
+            saved = selective_op_layer_bytes(c, r, False, False)  # not traced: the eager policy's, as before compile
         recomputed = whole if c.checkpointing == Ckpt.FULL else max(0, whole - saved)
     return LayerBytes(dense_saved, moe_saved, dense_whole, moe_whole, recomputed)
 
@@ -93,7 +95,7 @@ def layer_activation_bytes(c, r, moe_layer):
         kept = stream_bytes(c) * local_tokens(c) * c.d_model
         return (ceil_div(kept, c.tp) if c.sp else kept) + quant_kept_layer_bytes(c)
     if c.checkpointing == Ckpt.SELECTIVE_OP:
-        return selective_op_layer_bytes(c, r, moe_layer)
+        return selective_op_layer_bytes(c, r, moe_layer, c.compile and not fused_kernels(c))
     if c.compile and c.checkpointing == Ckpt.NONE and not moe_layer and not fused_kernels(c):
         return compiled_layer_bytes(c, r)
     return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
@@ -109,12 +111,13 @@ def compiled_layer_bytes(c, r):
 
 
 @formula
-def selective_op_layer_bytes(c, r, moe_layer):
-    """What one layer keeps under torchtitan's op-level selective checkpointing (selective_op.py); a dense layer
-    compiled keeps its down projection's output no more (selective_op.compiled_unsaved_bytes_per_token)."""
+def selective_op_layer_bytes(c, r, moe_layer, compiled):
+    """What one layer keeps under torchtitan's op-level selective checkpointing (selective_op.py); `compiled`, a
+    dense layer under torch.compile, less what Inductor's partition does not save of what the policy keeps
+    (selective_op.compiled_unsaved_bytes_per_token: 0 for MoE layers, which it leaves as traced eagerly)."""
     tokens, t = local_tokens(c), c.tp
     replicated = r.sac_replicated_per_token * tokens
-    if c.compile and not moe_layer and not fused_kernels(c):
+    if compiled and not moe_layer:
         replicated -= r.sac_compiled_unsaved_per_token * tokens
     split_per_token = r.sac_moe_split_per_token if moe_layer else r.sac_split_per_token
     split = (split_per_token + r.sac_scores_per_key * ceil_div(c.seq_len, c.cp) * c.cp) * tokens

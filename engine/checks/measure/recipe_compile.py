@@ -106,14 +106,17 @@ def hub_kernel_hooks_removed(module: torch.nn.Module):
         forward = type(m).forward
         hooked = getattr(getattr(forward, "__code__", None), "co_name", "") == "new_forward"
         if hooked and hasattr(forward, "__wrapped__"):
-            wrapped.setdefault(type(m), forward)
-    for cls, forward in wrapped.items():
+            wrapped.setdefault(type(m), (forward, "forward" in vars(type(m))))
+    for cls, (forward, _) in wrapped.items():
         cls.forward = forward.__wrapped__
     try:
         yield
     finally:
-        for cls, forward in wrapped.items():
-            cls.forward = forward
+        for cls, (forward, own) in wrapped.items():
+            if own:
+                cls.forward = forward
+            else:  # it was inherited: inherit it again
+                del cls.forward
 
 
 def checkpointed_as_torchtitan(block: torch.nn.Module) -> torch.nn.Module:
