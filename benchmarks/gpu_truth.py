@@ -15,6 +15,11 @@ place differently.) Beside them, one row per case: the committed trace's allocat
 peak (allocator_replay.py), and memsim's estimate on the catalog GPU `--gpu` (allocated, reserved, memory outside
 PyTorch).
 
+On a GPU it then runs what only a GPU runs: `compile_cases()`, Llama-like blocks compiled as torchtitan compiles
+them (without recomputation, under its op policy, under full recomputation; the loss eager) beside the same steps
+eager, where memsim's compile terms (compiled.py, selective_op.compiled_unsaved_bytes_per_token) meet the GPU's
+allocator; no trace stands beside these (a compiled step cannot run on fake tensors).
+
 A row is appended to OUT_DIR/gpu_truth.csv as soon as its case is measured, so a run stopped at its limit keeps
 what it measured; a case that fails writes its error in the row and the loop goes on. No new case starts once
 `--budget-s` seconds have passed. The end prints the medians: GPU against the trace (allocated, reserved) and
@@ -53,6 +58,21 @@ SUMMARIES = [  # (what, the estimate's column, the truth's column)
 ]
 
 
+def compile_cases() -> list[tuple[str, dict]]:
+    """Llama-like dims, amp_bf16 with flash, each recomputation eager and compiled (the blocks; the loss eager)."""
+    from engine.checks.measure.reference_set import MODELS
+
+    out = []
+    for model, seq, mb in (("llama-400m-like", 2048, 4), ("llama-3.2-1b-like", 4096, 2)):
+        for checkpointing in ("none", "selective_op", "full"):
+            for compiled in (False, True):
+                case = {"model": model, **MODELS[model], "seq_len": seq, "micro_batch": mb, "precision": "amp_bf16",
+                        "optimizer": "adamw", "attention": "flash", "checkpointing": checkpointing,
+                        "compile": compiled, "compile_loss": False}
+                out.append((f"{model}_s{seq}_b{mb}_{checkpointing}{'_compiled' if compiled else ''}", case))
+    return out
+
+
 def committed_rows() -> dict[str, dict]:
     with open(COMMITTED, newline="") as f:
         return {row["case_id"]: row for row in csv.DictReader(f)}
@@ -69,12 +89,13 @@ def device_in_use(device: str) -> tuple[int, str]:
     return int(total - free), torch.cuda.get_device_name()
 
 
-def memsim_estimate(trace: dict, gpu: str) -> dict:
-    """memsim on the committed row's resolved inputs, as `memsim validate --set single` evaluates it, on `gpu`."""
+def memsim_estimate(inputs: dict, gpu: str) -> dict:
+    """memsim on a case's resolved inputs (the committed row's, or what the harness resolved), as `memsim validate
+    --set single` evaluates them, on `gpu`."""
     from engine.ask.evaluate import evaluate_cases
     from engine.checks.validate import config_of
 
-    return evaluate_cases([{**config_of(trace, by_dims=True), "gpu": gpu}])[0]
+    return evaluate_cases([{**config_of(inputs, by_dims=True), "gpu": gpu}])[0]
 
 
 def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
@@ -85,7 +106,7 @@ def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
 
     row = {"case_id": cid, "trace_allocated_peak_bytes": trace.get("measured_allocated_peak_bytes", ""),
            "trace_reserved_peak_bytes": trace.get("measured_reserved_peak_bytes", "")}
-    began = time.time()
+    began, got = time.time(), {}
     try:
         got = measure_row(cid, "", case, device)
         used, name = device_in_use(device)
@@ -101,11 +122,11 @@ def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
         if device == "cuda":
             torch.cuda.empty_cache()
     row["seconds"] = f"{time.time() - began:.1f}"
-    if not trace:
-        row["error"] = (row.get("error", "") + " memsim: not in the committed set").strip()
+    inputs = trace or {k: v for k, v in got.items() if not k.startswith("measure") and not k.endswith("_version")}
+    if not inputs:
         return row
     try:
-        est = memsim_estimate(trace, gpu)
+        est = memsim_estimate(inputs, gpu)
         row.update(memsim_allocated_peak_bytes=est["allocated_peak_bytes"],
                    memsim_reserved_peak_bytes=est["reserved_peak_bytes"], memsim_overhead_bytes=est["overhead_bytes"])
     except UserError as err:
@@ -139,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     from engine.checks.measure.reference_set import reference_cases
 
     cases = [(cid, case) for cid, _, case in reference_cases() if args.only in cid]
+    if args.device == "cuda":  # torch.compile runs only there
+        cases += [(cid, case) for cid, case in compile_cases() if args.only in cid]
     if not cases:
         print(f"gpu_truth: no single-GPU case has {args.only!r} in its id", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from engine.checks.measure.reference_recipes import (
 )
 from engine.checks.measure.reference_set import MEASURED_COLUMNS
 from engine.checks.measure.single_gpu import MEASURED_STEP, run_logged
+from engine.errors import UserError
 from tests.measure_helpers import assert_refused, assert_same_measured, committed_rows, skip_unless_made_with
 from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 
@@ -280,3 +281,29 @@ def test_compiled_loss_saves_half_precision_logits_not_fp32_log_probs():
     assert wide == [("bfloat16", tokens * 256 * 2)]
     slope, fixed = per_token(head_loss_saved, case, 32)
     assert slope == 2 * 256 + 2 * 64 + 4 + 4 + 8 and fixed < 64  # logits, input h, max, lse, shifted labels
+
+
+@pytest.mark.slow
+def test_compiled_blocks_run_as_torchtitan_compiles_them_where_no_fake_tensor_can():
+    # compile = true is refused on fake tensors and accepted for a GPU (measure.resolve_for), where the blocks are
+    # wrapped and compiled as torchtitan does (cuda_run.compiled_blocks): the same code runs here on real CPU
+    # tensors, each block an OptimizedModule around the op policy's checkpoint, with no graph break (fullgraph).
+    from engine.checks.measure.cuda_run import compiled_blocks
+    from engine.checks.measure.measure import resolve_for
+    from engine.checks.measure.recipe_compile import hub_kernel_hooks_removed
+    from engine.checks.measure.single_gpu import prepare
+    from engine.checks.measure.tracker import LiveBytes
+    from engine.checks.measure.train import train_step
+
+    case = {**TINY_LLAMA, "n_layers": 2, "checkpointing": "selective_op", "compile": True, "compile_loss": False}
+    with pytest.raises(UserError, match="compile=true cannot be measured here"):
+        resolve_for(case, "fake")
+    c = resolve_for(case, "cuda")
+    assert c["compile"] and c["checkpointing"] == "selective_op"
+    model, opt = prepare({**c, "checkpointing": "none"}, "cpu")
+    compiled_blocks(model, c["checkpointing"])
+    wrapped = [m for m in model.modules() if type(m).__name__ == "OptimizedModule"]
+    assert len(wrapped) == 2 and all(type(m._orig_mod).__name__ == "CheckpointWrapper" for m in wrapped)
+    with hub_kernel_hooks_removed(model):
+        train_step(model, opt, c, LiveBytes(), "cpu")
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -126,8 +126,8 @@ def measure_table(rows: list[dict], device: str) -> pa.Table:
         measured.append({k: v for k, v in m.items() if k.startswith("measure") or k.endswith("_version")})
     for name in sorted({k for h in harness for k in h}, key=list(HARNESS).index):
         table = table.append_column(name, pa.array([str(h.get(name, "") or "") for h in harness]))
-    for name in measured[0]:
-        table = table.append_column(name, pa.array([m[name] for m in measured]))
+    for name in dict.fromkeys(k for m in measured for k in m):  # a compiled step on a GPU measures two columns
+        table = table.append_column(name, pa.array([m.get(name) for m in measured]))
     return table
 
 

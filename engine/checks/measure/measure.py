@@ -21,6 +21,19 @@ def versions() -> dict[str, str]:
             "peft_version": peft.__version__}
 
 
+def resolve_for(case: dict, device: str) -> dict:
+    """resolve(case), where torch.compile, which no fake tensor runs (recipes.COMPILE_REFUSAL), is accepted on a
+    GPU (cuda_run.measure_compiled_on_cuda)."""
+    from engine.checks.measure.recipes import COMPILE_REFUSAL
+
+    try:
+        return resolve(case)
+    except UserError as err:
+        if device != "cuda" or str(err) != COMPILE_REFUSAL:
+            raise
+    return {**resolve({**case, "compile": False}), "compile": True}
+
+
 def measure_case(case: dict, device: str = "fake") -> dict:
     """Measure the peak memory of two real training steps of ``case`` (a resolved configuration).
 
@@ -57,7 +70,7 @@ def measure_case(case: dict, device: str = "fake") -> dict:
     """
     if device not in MEASURE_DEVICE:
         raise UserError(f"unknown measure device {device!r}; accepted: {', '.join(MEASURE_DEVICE)}")
-    c = resolve(case)
+    c = resolve_for(case, device)
     if parallel.needs_world(c):
         if c["eval_micro_batch"] > 0:
             raise UserError("eval_micro_batch is measured on one GPU: the simulated world's step runs no evaluation")
@@ -69,9 +82,9 @@ def measure_case(case: dict, device: str = "fake") -> dict:
 
         measured = summarize_rank(run_rank(c), c)
     elif device == "cuda":
-        from engine.checks.measure.cuda_run import measure_on_cuda
+        from engine.checks.measure.cuda_run import measure_compiled_on_cuda, measure_on_cuda
 
-        measured = measure_on_cuda(c)
+        measured = measure_compiled_on_cuda(c) if c["compile"] else measure_on_cuda(c)
     else:
         lb, roles, model = run_logged(c, device)
         measured = summarize(lb, roles, model, c["allocator"])

@@ -40,7 +40,7 @@ COMPILE_REFUSAL = (
     "compile=true cannot be measured here: torch.compile runs the model as Inductor-generated kernels, whose "
     "buffers are allocated inside generated code that a fake (storage-less) tensor cannot run and the "
     "dispatcher-level tracker cannot see, and dynamo does not trace under an active TorchDispatchMode "
-    "(see data/measured/RECIPES.md, 'compile')")
+    "(see data/measured/RECIPES.md, 'compile'); on a GPU, device='cuda' measures it")
 
 
 def check(c: dict) -> None:
