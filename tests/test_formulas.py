@@ -282,6 +282,8 @@ def test_a_compiled_block_keeps_the_down_projections_output_where_a_post_norm_re
     (eager, eager_rebuilt), (compiled, rebuilt) = per_layer("llama-3.1-8b")
     assert eager - compiled == 2 * 4096 * 4096 and rebuilt == eager_rebuilt
     assert len(set(per_layer("llama-3.1-8b", lora_rank=16))) == 1  # LoRA's adapters on it: not traced
+    no_recompute = dict(model="llama-3.1-8b", attention="flash", lora_rank=16, base_quant="nf4")
+    assert layer_bytes(config(**no_recompute, compile=True)) == layer_bytes(config(**no_recompute))  # nor compiled
 
 
 def test_uneven_pipeline_splits_are_valid_rows():

@@ -12,7 +12,8 @@ projections' outputs and the down projection's input, and the residual dropouts'
 
 Traced per token (B_c = 2): Llama block B_r·h + B_c·(3h + 2·a·d + 2·g·d + 3f) + 4a + 8 (llama-400m bf16 33,352,
 amp_bf16 35,400; tinyllama GQA 59,528), GPT-2 block B_c·(8h + 2f) + 2h + 4a + 8 (gpt2-355m bf16 34,888).
-MoE layers keep their eager set (not traced). Symbols as in selective_op.py.
+MoE layers keep their eager set (not traced), and so do LoRA's and QLoRA's blocks (not traced: the adapters' inputs
+and r-wide outputs, bitsandbytes' autograd functions). Symbols as in selective_op.py.
 """
 
 from engine.inputs.codes import FFN, Attn, Norm

@@ -96,8 +96,8 @@ def layer_activation_bytes(c, r, moe_layer):
         return (ceil_div(kept, c.tp) if c.sp else kept) + quant_kept_layer_bytes(c)
     if c.checkpointing == Ckpt.SELECTIVE_OP:
         return selective_op_layer_bytes(c, r, moe_layer, c.compile and not fused_kernels(c))
-    if c.compile and c.checkpointing == Ckpt.NONE and not moe_layer and not fused_kernels(c):
-        return compiled_layer_bytes(c, r)
+    if c.compile and c.checkpointing == Ckpt.NONE and not moe_layer and not fused_kernels(c) and c.lora_rank == 0:
+        return compiled_layer_bytes(c, r)  # traced on full training: LoRA's and QLoRA's compiled blocks are not
     return full_layer_bytes(c, r, moe_layer, scores_bytes_per_token(c, r))
 
 
