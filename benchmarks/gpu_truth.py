@@ -15,10 +15,11 @@ place differently.) Beside them, one row per case: the committed trace's allocat
 peak (allocator_replay.py), and memsim's estimate on the catalog GPU `--gpu` (allocated, reserved, memory outside
 PyTorch).
 
-On a GPU it then runs what only a GPU runs: `compile_cases()`, Llama-like blocks compiled as torchtitan compiles
-them (without recomputation, under its op policy, under full recomputation; the loss eager) beside the same steps
-eager, where memsim's compile terms (compiled.py, selective_op.compiled_unsaved_bytes_per_token) meet the GPU's
-allocator; no trace stands beside these (a compiled step cannot run on fake tensors).
+On a GPU it first runs what only a GPU runs (`--only like_s` picks them alone): `compile_cases()`, Llama-like
+blocks compiled as torchtitan compiles them (without recomputation, under its op policy, under full recomputation;
+the loss eager) beside the same steps eager, where memsim's compile terms (compiled.py,
+selective_op.compiled_unsaved_bytes_per_token) meet the GPU's allocator; no trace stands beside these (a compiled
+step cannot run on fake tensors).
 
 A row is appended to OUT_DIR/gpu_truth.csv as soon as its case is measured, so a run stopped at its limit keeps
 what it measured; a case that fails writes its error in the row and the loop goes on. No new case starts once
@@ -123,8 +124,13 @@ def measure(cid: str, case: dict, trace: dict, device: str, gpu: str) -> dict:
             torch.cuda.empty_cache()
     row["seconds"] = f"{time.time() - began:.1f}"
     inputs = trace or {k: v for k, v in got.items() if not k.startswith("measure") and not k.endswith("_version")}
-    if not inputs:
-        return row
+    if not inputs:  # the case failed before the harness gave its inputs back: resolve them here
+        from engine.checks.measure.measure import resolve_for
+
+        try:
+            inputs = resolve_for(case, device)
+        except UserError:
+            return row
     try:
         est = memsim_estimate(inputs, gpu)
         row.update(memsim_allocated_peak_bytes=est["allocated_peak_bytes"],
@@ -160,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     from engine.checks.measure.reference_set import reference_cases
 
     cases = [(cid, case) for cid, _, case in reference_cases() if args.only in cid]
-    if args.device == "cuda":  # torch.compile runs only there
-        cases += [(cid, case) for cid, case in compile_cases() if args.only in cid]
+    if args.device == "cuda":  # torch.compile runs only there; first, as nothing else can measure it
+        cases = [(cid, case) for cid, case in compile_cases() if args.only in cid] + cases
     if not cases:
         print(f"gpu_truth: no single-GPU case has {args.only!r} in its id", file=sys.stderr)
         return 2

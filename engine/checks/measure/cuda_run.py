@@ -86,12 +86,17 @@ def measure_compiled_on_cuda(c: dict) -> dict:
     from engine.checks.measure.tracker import LiveBytes
     from engine.checks.measure.train import train_step
 
+    if not torch.cuda.is_available():
+        raise UserError("device='cuda' needs a CUDA GPU; none is visible (use device='fake')")
     if c["compile_loss"]:
         raise UserError("compile=true is measured with the blocks compiled and the loss eager: give compile_loss=false")
     if c["checkpointing"] not in ("none", "selective_op", "full") or c["lora_rank"] or c["base_quant"] != "none":
         raise UserError("compile=true is measured on full training with checkpointing none, selective_op or full")
+    if c["checkpoint_every"] != 1 or c["activation_offload"] or c["precision"] == "fp8":
+        raise UserError("compile=true is measured with every block checkpointed alike, no activation offload, no fp8")
     torch.cuda.empty_cache()
     torch.cuda.memory._set_allocator_settings(f"expandable_segments:{c['allocator'] == 'expandable'}")
+    torch._dynamo.reset()  # another case's graphs would make dynamo mark these shapes dynamic and recompile
     model, opt = prepare({**c, "checkpointing": "none"}, "cuda")  # the blocks are checkpointed as torchtitan does
     compiled_blocks(model, c["checkpointing"])
     marks = LiveBytes()  # phases and marks only: never entered, so no dispatch mode is active
@@ -105,5 +110,6 @@ def measure_compiled_on_cuda(c: dict) -> dict:
     out = {"measured_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
            "measured_reserved_peak_bytes": torch.cuda.max_memory_reserved()}
     del model, opt
+    torch._dynamo.reset()
     torch.cuda.empty_cache()
     return out
