@@ -138,6 +138,8 @@ def summary_line(result: dict) -> str:
         method.append(f"ZeRO-{rec.zero_stage}")
     if rec.checkpointing != Ckpt.NONE:
         method.append(f"{name_of(Ckpt(rec.checkpointing))} recompute")
+    if rec.compile:
+        method.append("torch.compile" + ("" if rec.compile_loss else " (the blocks)"))
     if rec.lora_rank:
         method.append(f"LoRA r={rec.lora_rank}")
     if rec.base_quant:
