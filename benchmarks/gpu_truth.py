@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 from engine.errors import UserError  # noqa: E402
 
-COMMITTED = ROOT / "data" / "measured" / "cpu_fake.csv"
 GIB = 2**30
 COLUMNS = ["case_id", "status", "seconds", "gpu_allocated_peak_bytes", "gpu_reserved_peak_bytes",
            "device_used_bytes", "gpu_reserved_now_bytes", "outside_allocator_bytes", "trace_allocated_peak_bytes",
@@ -75,8 +74,10 @@ def compile_cases() -> list[tuple[str, dict]]:
 
 
 def committed_rows() -> dict[str, dict]:
-    with open(COMMITTED, newline="") as f:
-        return {row["case_id"]: row for row in csv.DictReader(f)}
+    """The committed single-GPU set (data/measured/cpu_fake.csv), by case id, as `memsim validate` reads it."""
+    from engine.checks.validate import MEASURED_SETS, measured_rows
+
+    return {row["case_id"]: row for row in measured_rows(sets={"single-gpu": MEASURED_SETS["single-gpu"]})}
 
 
 def device_in_use(device: str) -> tuple[int, str]:

@@ -111,9 +111,10 @@ MODELLED_NEXT: dict = {}  # measured sets the model does not follow yet (reporte
 def measured_rows(directory: Path = MEASURED_DIR, sets: dict = MEASURED_SETS) -> list[dict]:
     rows = []
     for name, file in sets.items():
-        for row in csv.DictReader(open(directory / file)):
-            row["set"] = name
-            rows.append(row)
+        with open(directory / file, newline="") as f:
+            for row in csv.DictReader(f):
+                row["set"] = name
+                rows.append(row)
     return rows
 
 
