@@ -1,6 +1,6 @@
 """Sweep throughput: configs/s of the kernel alone and of the whole sweep to Parquet on disk (full rows, compact
 rows, feasible rows only), peak RSS, against a pure-Python loop over the scalar reference and a numpy-vectorized
-baseline, in one run.
+baseline, in one run; on the 10^7 grid, where the kernel's time goes (one step level, one device row).
 
     python benchmarks/bench_sweep.py            # 1e6 and 1e7 configurations
     python benchmarks/bench_sweep.py --full     # also 1e8 (a few minutes, ~1 GiB of Parquet in a temp dir)
@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,30 @@ def kernel_rate(axes: dict, limit: int) -> tuple[int, float]:
     return n, n / (time.perf_counter() - t0)
 
 
+def level_costs(axes: dict, repeats: int = 3) -> tuple[float, float]:
+    """Where the kernel's time goes, on one thread: (ns per step level, ns per device row). The grid run twice, with
+    one GPU type and with all of them: the steps are the same, only the device rows per step differ, so no variant
+    kernel is compiled to tell the two levels apart (the step's figure includes its one device row)."""
+    numba.set_num_threads(1)
+    try:
+        seconds = {}
+        for gpus in (axes["axes"]["gpu"][:1], axes["axes"]["gpu"]):
+            grid = build_grid(parse_spec({"axes": {**axes["axes"], "gpu": gpus}}))
+            kernel, chunk = SweepKernel(grid, compiled=True), 1 << 20
+            kernel.evaluate(0, min(chunk, grid.total))
+            best = np.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for start in range(0, grid.total, chunk):
+                    kernel.evaluate(start, min(chunk, grid.total - start))
+                best = min(best, time.perf_counter() - t0)
+            seconds[len(gpus)] = (grid.total, best)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    (steps, one), (rows, every) = seconds.values()
+    return one / steps * 1e9, (every - one) / (rows - steps) * 1e9
+
+
 def python_rate(axes: dict, n: int = 2000) -> float:
     """The scalar reference in a plain Python loop, as explain and small sweeps run it: records decoded first, as
     Python scalars (kernel.PlainRecord: on numpy scalars the same loop is ~50x slower), then evaluate_one(c) per
@@ -85,11 +110,13 @@ def numpy_rate(axes: dict, n: int = 1_000_000) -> float:
         digits[axis.name] = rest % radix
         rest //= radix
     cols = {name: a.words[digits[name], 0] for name, a in axes_by_name.items() if len(a.fields) == 1}
-    f = {name: model.words[digits["model"], model.fields.index(name)] for name in ("n_params", "n_layers", "d_model", "n_heads")}
+    f = {name: model.words[digits["model"], model.fields.index(name)]
+         for name in ("n_params", "n_layers", "d_model", "n_heads")}
     tp, pp, n_gpus, zero = cols["tp"], cols["pp"], cols["n_gpus"], cols["zero_stage"]
     dp = np.maximum(1, n_gpus // (tp * pp))
     p = -(-f["n_params"] // (tp * pp))
-    states = np.where(zero >= 3, 16 * p // dp, np.where(zero >= 2, 2 * p + 14 * p // dp, np.where(zero >= 1, 4 * p + 12 * p // dp, 16 * p)))
+    states = np.where(zero >= 3, 16 * p // dp,
+                      np.where(zero >= 2, 2 * p + 14 * p // dp, np.where(zero >= 1, 4 * p + 12 * p // dp, 16 * p)))
     s, b, h, a = cols["seq_len"], cols["micro_batch"], f["d_model"], f["n_heads"]
     act = s * b * h * (10 + 24 // tp) + 5 * a * s * s * b // tp
     total = states + act * f["n_layers"] // pp
@@ -150,6 +177,10 @@ def main() -> None:
         n, rate = kernel_rate(spec(size), int(size * 1.01))
         print(f"{n:>13,} configs  kernel {rate / 1e6:7.2f} M/s ({rate / py:8.0f}x Python, {rate / npy:5.2f}x numpy"
               f"{share(rate)})")
+        if size == 1e7:
+            step_ns, row_ns = level_costs(spec(size))
+            print(f"{'':>22}one thread: {step_ns:.0f} ns a step level (with its first device row), {row_ns:.1f} ns "
+                  f"each further device row ({len(GPUS)} GPU types a step)")
         for mode, output in MODES.items():
             e2e = end_to_end(size, output)
             e2e_rate = e2e["configs"] / e2e["seconds"]
