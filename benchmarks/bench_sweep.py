@@ -64,23 +64,17 @@ def level_costs(axes: dict, repeats: int = 3) -> tuple[float, float]:
     """Where the kernel's time goes, on one thread: (ns per step level, ns per device row). The grid run twice, with
     one GPU type and with all of them: the steps are the same, only the device rows per step differ, so no variant
     kernel is compiled to tell the two levels apart (the step's figure includes its one device row)."""
+    threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        seconds = {}
+        runs = []
         for gpus in (axes["axes"]["gpu"][:1], axes["axes"]["gpu"]):
-            grid = build_grid(parse_spec({"axes": {**axes["axes"], "gpu": gpus}}))
-            kernel, chunk = SweepKernel(grid, compiled=True), 1 << 20
-            kernel.evaluate(0, min(chunk, grid.total))
-            best = np.inf
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                for start in range(0, grid.total, chunk):
-                    kernel.evaluate(start, min(chunk, grid.total - start))
-                best = min(best, time.perf_counter() - t0)
-            seconds[len(gpus)] = (grid.total, best)
+            grid = {"axes": {**axes["axes"], "gpu": gpus}}
+            rates = [kernel_rate(grid, 10**12) for _ in range(repeats)]  # (rows, rows/s): the whole grid each time
+            runs.append((rates[0][0], rates[0][0] / max(rate for _, rate in rates)))
     finally:
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    (steps, one), (rows, every) = seconds.values()
+        numba.set_num_threads(threads)
+    (steps, one), (rows, every) = runs
     return one / steps * 1e9, (every - one) / (rows - steps) * 1e9
 
 
