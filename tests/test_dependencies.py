@@ -6,7 +6,7 @@ import pytest
 
 from engine.inputs.vocabulary import INPUTS, RECORD
 from engine.model.dependencies import LEVELS, fields_read, level_of_fields
-from engine.model.levels import gpu_terms, rank_terms, step_terms
+from engine.model.levels import gpu_terms, rank_terms, shape_terms, step_terms
 from tests.support import config
 
 # Values to move each input to: far from the defaults, so that a term that reads it changes.
@@ -43,16 +43,21 @@ def test_a_level_does_not_change_when_a_field_it_does_not_read_moves(base, name)
     r, r2 = rank_terms(c), rank_terms(c2)
     if level != "rank":
         assert r == r2, f"rank_terms changed with {name}, which the analysis says it does not read"
-    if level not in ("rank", "step"):
-        assert step_terms(c, r) == step_terms(c2, r), f"step_terms changed with {name}"
+    if level not in ("rank", "shape"):
+        assert shape_terms(c, r) == shape_terms(c2, r), f"shape_terms changed with {name}"
+    if level not in ("rank", "shape", "step"):
+        sh = shape_terms(c, r)
+        assert step_terms(c, r, sh) == step_terms(c2, r, sh), f"step_terms changed with {name}"
     if level not in ("rank", "device"):  # the kernel fills the GPU table once per rank, not per step
         assert gpu_terms(c, r) == gpu_terms(c2, r), f"gpu_terms changed with {name}"
 
 
 def test_the_analysis_sees_what_each_level_reads():
-    # Workload fields are read by the step level, GPU attributes by the GPU level, the layout by the rank level.
+    # Workload fields are read by the shape and step levels (micro_batch and seq_len by the step alone), GPU
+    # attributes by the GPU level, the layout by the rank level.
     levels = level_of_fields()
     assert levels["seq_len"] == levels["micro_batch"] == "step"
+    assert levels["checkpointing"] == levels["grad_accum"] == "shape"
     assert levels["capacity_bytes"] == levels["headroom"] == "device"
     assert levels["tp"] == levels["zero_stage"] == levels["n_layers"] == "rank"
     assert set(MOVES) <= set(INPUTS)

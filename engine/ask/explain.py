@@ -23,7 +23,7 @@ from engine.inputs.codes import (
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
 from engine.model.collectives import nvlink_domain
 from engine.model.evaluation import eval_segment_bytes
-from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes, step_terms
+from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes, shape_terms, step_terms
 from engine.model.loss import loss_block_bytes
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.overhead import allocator_slack_bytes
@@ -108,7 +108,7 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     r = rank_terms(rec)
     streams = side_stream_slack_bytes(r.side_stream_bytes, result["peak_grad_bytes"])
     p, holds_loss, last = peak_of_ranks(rec, r, True)
-    releasable = step_terms(rec, r).releasable_bytes  # the homeless blocks' segments (levels.step_terms)
+    releasable = step_terms(rec, r, shape_terms(rec, r)).releasable_bytes  # the homeless blocks' segments
     default_stream = slack - streams - releasable
     pinned = min(default_stream, p.pinned_bytes)  # the checkpointed inputs' segments (stage.pinned_segment_bytes)
     rest = default_stream - pinned  # the larger of the churn's share and the loss-sized blocks

@@ -22,7 +22,7 @@ from engine.model.kernel import (
     loaded,
     uses_kernel,
 )
-from engine.model.levels import device_terms, gpu_terms, rank_terms, step_terms
+from engine.model.levels import device_terms, gpu_terms, rank_terms, shape_terms, step_terms
 from engine.model.outputs import DEVICE_COLUMNS, GPU_COLUMNS, RANK_COLUMNS, STEP_COLUMNS, TIME_COLUMNS
 from engine.model.sweep_kernel import block_scratch, sweep_chunk
 
@@ -144,11 +144,12 @@ class SweepKernel:
             self.axis_words[k, : len(axis.labels), : len(axis.fields)] = axis.words
             self.axis_fields[k, : len(axis.fields)] = [FIELD_INDEX[f] for f in axis.fields]
         self.radices = grid.radices
-        self.n_rank, self.n_step = grid.count("rank"), grid.count("step")
-        self.rows_per_step = int(np.prod(self.radices[self.n_rank + self.n_step:]))
+        self.n_rank, self.n_shape, self.n_step = grid.count("rank"), grid.count("shape"), grid.count("step")
+        self.rows_per_step = int(np.prod(self.radices[self.n_rank + self.n_shape + self.n_step:]))
+        self.rows_per_shape = int(np.prod(self.radices[self.n_rank + self.n_shape:]))
         self.rows_per_rank = int(np.prod(self.radices[self.n_rank:]))
         self.blocks = 8 * numba.get_num_threads()
-        self.block_scratch = block_scratch(self.blocks)  # sweep_chunk's four scratch arrays, in its order
+        self.block_scratch = block_scratch(self.blocks)  # sweep_chunk's six scratch arrays, in its order
         self.buffers = [None] * BUFFER_SETS
         self.adopted = [False] * BUFFER_SETS
         self.turn = 0
@@ -191,7 +192,7 @@ class SweepKernel:
             self.evaluate_in_python(start, count, *buffers)
         elif count:  # whole buffers, always C-contiguous: one compiled signature (slices would vary with the chunk)
             arrays = (self.grid.base, self.axis_words, self.axis_fields, self.axis_width, self.radices, self.n_rank,
-                      self.n_step, self.grid.dp_mode, *self.block_scratch, *buffers)
+                      self.n_shape, self.n_step, self.grid.dp_mode, *self.block_scratch, *buffers)
             if self.compiles and not self.said:  # once: the first call compiles and caches it, on one row
                 self.said = True
                 with announced_compile(sweep_chunk):
@@ -204,10 +205,11 @@ class SweepKernel:
     def evaluate_in_python(self, start: int, count: int, rank, gpu, step, device, times) -> None:
         """What sweep_chunk stores, from the scalar reference, factored as the kernel factors it: each row decoded
         the obvious way (grid.decode), levels.rank_terms once per rank slot, gpu_terms once per device combination
-        of that slot, step_terms once per step slot, device_terms per row."""
+        of that slot, shape_terms once per run of steps sharing a shape, step_terms once per step slot,
+        device_terms per row."""
         first_rank, first_step = start // self.rows_per_rank, start // self.rows_per_step
-        last_rank = last_step = -1
-        r = s = None
+        last_rank = last_shape = last_step = -1
+        r = sh = s = None
         gpus: dict = {}
         for i, index in enumerate(range(start, start + count)):
             rec = PlainRecord(decode(self.grid, index))
@@ -217,8 +219,10 @@ class SweepKernel:
             if rank_slot != last_rank:
                 r, gpus, last_rank = rank_terms(rec), {}, rank_slot
                 rank[:, rank_slot] = (*r.columns, rec.dp, rec.n_gpus)
+            if index // self.rows_per_shape != last_shape:  # a new rank opens a new shape too
+                sh, last_shape = shape_terms(rec, r), index // self.rows_per_shape
             if step_slot != last_step:
-                s, last_step = step_terms(rec, r), step_slot
+                s, last_step = step_terms(rec, r, sh), step_slot
                 step[:, step_slot] = s.columns
             if g not in gpus:
                 gpus[g] = gpu_terms(rec, r)

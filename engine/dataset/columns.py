@@ -64,11 +64,12 @@ def axis_digits(chunk: Chunk, rows: np.ndarray | None) -> list[np.ndarray]:
     }
     out = []
     for k, axis in enumerate(chunk.grid.axes):
-        per_slot = ((first_row[axis.level] // strides[k]) % radices[k]).astype(digit_width(radices[k]))
-        if axis.level == "device":
+        level = "step" if axis.level == "shape" else axis.level  # a shape's value holds for whole steps
+        per_slot = ((first_row[level] // strides[k]) % radices[k]).astype(digit_width(radices[k]))
+        if level == "device":
             out.append(per_slot[chunk.combination if rows is None else chunk.combination[rows]])
         else:
-            out.append(chunk.expand(axis.level, per_slot, rows))
+            out.append(chunk.expand(level, per_slot, rows))
     return out
 
 

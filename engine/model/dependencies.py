@@ -1,9 +1,9 @@
 """Which configuration fields each level of the model reads, from the formulas' own code.
 
 A formula reads the record as `c.<field>` and passes `c` on to the formulas it calls; following those calls
-from `levels.rank_terms`, `levels.step_terms` and `levels.device_terms` gives the fields each level depends
-on. The sweep orders its axes by the shallowest level that reads them and re-evaluates a level only when one
-of its axes moves, so this list is never kept by hand: a formula that starts reading a new field moves the
+from `levels.rank_terms`, `levels.shape_terms`, `levels.step_terms` and `levels.gpu_terms` gives the fields each
+level depends on. The sweep orders its axes by the shallowest level that reads them and re-evaluates a level only
+when one of its axes moves, so this list is never kept by hand: a formula that starts reading a new field moves the
 axis with it (tests/test_dependencies.py checks the analysis against perturbed configurations).
 """
 
@@ -14,7 +14,8 @@ from functools import cache
 
 from engine.model import levels
 
-LEVELS = {"rank": levels.rank_terms, "step": levels.step_terms, "device": levels.gpu_terms}  # device_terms reads no input
+# device_terms reads no input
+LEVELS = {"rank": levels.rank_terms, "shape": levels.shape_terms, "step": levels.step_terms, "device": levels.gpu_terms}
 
 
 def _callee(node: ast.Call, namespace: dict):
@@ -46,7 +47,7 @@ def fields_read(function) -> frozenset[str]:
 
 
 def level_of_fields() -> dict[str, str]:
-    """field -> the shallowest level that reads it ('rank', 'step' or 'device').
+    """field -> the shallowest level that reads it ('rank', 'shape', 'step' or 'device').
 
     The sweep kernel fills the GPU table (gpu_terms for every device combination) once per rank slot, not once per
     step, so a field gpu_terms reads that is not a device attribute moves with the rank: `sp`, read by the step's
@@ -56,6 +57,6 @@ def level_of_fields() -> dict[str, str]:
         for name in fields_read(function):
             out.setdefault(name, level)
     for name in fields_read(levels.gpu_terms):
-        if out[name] == "step":
+        if out[name] in ("shape", "step"):
             out[name] = "rank"
     return out

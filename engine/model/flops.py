@@ -70,18 +70,32 @@ def qk_v_dims(c):
 
 
 @formula
-def attention_flops_per_token(c):
-    """Forward FLOPs of the scores and their weighted sum per token, all layers: 2·s·a·(d_qk + d_v) per layer."""
+def attention_flops_per_key(c):
+    """Forward FLOPs of the scores and their weighted sum per token and key, all layers: 2·a·(d_qk + d_v) per
+    layer (each token attends to s keys)."""
     if not has_dims(c):
         return 0.0
     d_qk, d_v = qk_v_dims(c)
-    return 2.0 * c.n_layers * c.n_heads * (d_qk + d_v) * c.seq_len
+    return 2.0 * c.n_layers * c.n_heads * (d_qk + d_v)
+
+
+@formula
+def attention_flops_per_token(c):
+    """Forward FLOPs of the scores and their weighted sum per token, all layers: 2·s·a·(d_qk + d_v) per layer."""
+    return attention_flops_per_key(c) * c.seq_len
+
+
+@formula
+def model_flops_of(dense_flops, attention_per_key, s):
+    """6·N + 12·L·a·d·s: MFU's count at sequence length s, from the 6·N of the matmuls (`dense_flops`) and the
+    attention's forward per key (the shape's WorkRates hold both; step_work.py evaluates them per seq_len)."""
+    return dense_flops + 3.0 * (attention_per_key * s)
 
 
 @formula
 def model_flops_per_token(c):
     """6·N + 12·L·a·d·s: the FLOPs MFU counts (forward and backward, no recomputation)."""
-    return 6.0 * active_matmul_params(c) + 3.0 * attention_flops_per_token(c)
+    return model_flops_of(6.0 * active_matmul_params(c), attention_flops_per_key(c), c.seq_len)
 
 
 # --- what one GPU runs, per token of its micro-batch and per layer (split by TP) -----------------------------
@@ -158,11 +172,17 @@ def dense_io_per_token(c, moe_layer):
 
 
 @formula
-def attention_core_flops_per_token(c):
-    """Attention core hardware FLOPs per token and layer, forward + backward + recompute, split by TP: causal
+def attention_core_flops_per_key(c):
+    """Attention core hardware FLOPs per token, key and layer, forward + backward + recompute, split by TP: causal
     FlashAttention computes half the s x s blocks (FlashAttention-2 sec. 3.1.1), eager and sdpa_math all."""
     d_qk, d_v = qk_v_dims(c)
-    forward = 2.0 * c.seq_len * c.n_heads * (d_qk + d_v) / c.tp
+    forward = 2.0 * c.n_heads * (d_qk + d_v) / c.tp
     if c.attention == Attn.FLASH:
         return 0.5 * forward * (1.0 + FLASH_BACKWARD + recompute_attention_share(c))
     return forward * (3.0 + recompute_attention_share(c))
+
+
+@formula
+def attention_core_flops_per_token(c):
+    """attention_core_flops_per_key over the s keys a token attends to."""
+    return attention_core_flops_per_key(c) * c.seq_len

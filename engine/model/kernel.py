@@ -141,7 +141,7 @@ def evaluate_compiled(cfg: np.ndarray) -> dict[str, np.ndarray]:
     step_out = np.full((len(STEP_COLUMNS), n + 2), UNSET, dtype=np.int64)
     device_out = np.full((len(DEVICE_COLUMNS), n), UNSET, dtype=np.int64)
     arrays = (records[0].copy(), records[None], np.arange(n_fields, dtype=np.int64)[None],
-              np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, DP_GIVEN,
+              np.array([n_fields], dtype=np.int64), np.array([n], dtype=np.int64), 1, 0, 0, DP_GIVEN,
               *block_scratch(blocks), rank_out, gpu_out, step_out, device_out, times)
     if not loaded(sweep_chunk) and cold(sweep_chunk):
         with announced_compile(sweep_chunk):

@@ -2,7 +2,9 @@
 
     rank_terms(c)             what one rank holds and keeps per token: the model, method and layout decide it,
                               the workload and the GPU change none of it                -> Rank
-    step_terms(c, r)          the phased peak of one training step for a workload      -> Step
+    shape_terms(c, r)         what the workload's inputs other than micro_batch and seq_len decide
+                              (checkpointing, grad_accum, compile, the loss's options...)  -> Shape
+    step_terms(c, r, sh)      the phased peak of one training step for a workload      -> Step
     gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity, rates -> Gpu
     device_terms(r, s, g)     the step's peak on that GPU: device peak, fits, time, cost -> Device
 
@@ -41,7 +43,7 @@ from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.load import load_bytes
 from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
-from engine.model.params import n_moe_layers
+from engine.model.params import has_dims, n_moe_layers
 from engine.model.peak import Peak, most_loaded, pageable_bytes, save_peak, stage_peaks, stage_share
 from engine.model.save import save_gather_bytes
 from engine.model.selective_op import (
@@ -60,7 +62,7 @@ from engine.model.split import (
 )
 from engine.model.stage import layer_bytes, offloaded_activation_bytes
 from engine.model.states import device_grad_bytes, device_optimizer_bytes, device_weight_bytes, host_states_bytes
-from engine.model.step_work import Work, step_work
+from engine.model.step_work import NO_WORK_RATES, Work, WorkRates, step_work, work_rates
 from engine.model.streams import side_stream_bytes, side_stream_slack_bytes
 from engine.model.temporaries import (
     autocast_cache_bytes,
@@ -193,6 +195,22 @@ def rank_terms(c):
     )
 
 
+class Shape(NamedTuple):
+    """What a step's workload decides apart from its micro_batch and seq_len, worked out once for all of them (the
+    sweep orders those two axes last among the step's: engine/configure/grid.py): the step's work per token
+    (step_work.py WorkRates). docs/step-coefficients.md plans the phased peak's coefficients here too."""
+
+    work: WorkRates
+
+
+@formula
+def shape_terms(c, r):
+    """The Shape of a layout's workload (no micro_batch, no seq_len)."""
+    if r.reason != Invalid.OK or not has_dims(c):  # step_terms evaluates nothing of it
+        return Shape(NO_WORK_RATES)
+    return Shape(work_rates(c, r))
+
+
 class Step(NamedTuple):
     columns: StepColumns
     reason: int  # Invalid code of the layout and sequence rules; OK: the peak is defined (device_terms adds the GPU's)
@@ -252,10 +270,10 @@ def load_peak(r):
 
 
 @formula
-def step_terms(c, r):
+def step_terms(c, r, sh):
     """The peak of one training step: what is live at the high-water mark of forward, backward or the
     optimizer step, on the most loaded pipeline stage; its reserved peak is that stage's, or the last stage's
-    where the loss-sized block makes the last one reserve more."""
+    where the loss-sized block makes the last one reserve more (`sh`: the workload's Shape)."""
     reason = r.reason if r.reason != Invalid.OK else sequence_reason(c).value
     if reason != Invalid.OK:  # a model without dims is one (validity.layout_reason: NO_DIMS)
         columns = StepColumns(activation_bytes=NULL, temp_bytes=NULL, allocated_peak_bytes=NULL,
@@ -297,7 +315,7 @@ def step_terms(c, r):
                           reserved_peak_bytes=p.allocated_bytes + slack, peak_phase=p.phase, host_bytes=host,
                           peak_grad_bytes=grads, peak_optimizer_bytes=optimizer, allocator_slack_bytes=slack)
     largest, largest_bytes = largest_component(r, columns)
-    return Step(columns, reason, step_work(c, r, layer), largest, largest_bytes, min(releasable, slack))
+    return Step(columns, reason, step_work(c, r, layer, sh.work), largest, largest_bytes, min(releasable, slack))
 
 
 class Gpu(NamedTuple):
@@ -367,6 +385,6 @@ def device_terms(r, s, g):
 def evaluate_one(c):
     """The scalar reference: every level of one configuration."""
     r = rank_terms(c)
-    s = step_terms(c, r)
+    s = step_terms(c, r, shape_terms(c, r))
     g = gpu_terms(c, r)
     return r, s, g, device_terms(r, s, g)

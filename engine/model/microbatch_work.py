@@ -1,6 +1,8 @@
 """One micro-batch on the most loaded pipeline stage: the FLOPs and operand bytes of its matmuls, expert matmuls
 and attention core (from flops.py's per-token counts), and the bytes its memory-bound kernels produce (time.py
-turns them into seconds).
+turns them into seconds). Each is given per token of the micro-batch (per token and key where attention's s x s
+terms scale with the sequence length) and per micro-batch, so that a shape's rates are worked out once and
+step_work.py multiplies them by each micro_batch x seq_len (levels.shape_terms).
 
 Memory-bound kernels (norms, activations, residuals, rotary embeddings, softmax, the loss) are counted by what
 they produce: the tensors the memory model saves for backward per layer and token without recomputation
@@ -18,7 +20,7 @@ from engine.inputs.codes import LossImpl, Precision, Quant
 from engine.model.activations import fused_kernels, kept_scores_bytes_per_key
 from engine.model.common import formula
 from engine.model.flops import (
-    attention_core_flops_per_token,
+    attention_core_flops_per_key,
     dense_io_per_token,
     dense_matmul_params,
     ffn_io_per_token,
@@ -71,75 +73,79 @@ def stage_layers(c, r):
 
 
 @formula
-def matmul_work(c, m, dense, moe):
-    """(FLOPs, operand bytes) of one micro-batch of m tokens through the dense matmuls of a stage of dense + moe
-    layers and, on the last stage, the LM head (input and weight gradients; never recomputed). Operand bytes
-    M·K + K·N + M·N per matmul, in the matmul's input precision, as many times as it runs."""
+def matmul_work(c, dense, moe):
+    """(FLOPs per token, operand bytes per token, weight bytes per micro-batch) of the dense matmuls of a stage of
+    dense + moe layers and, on the last stage, the LM head (input and weight gradients; never recomputed). Operand
+    bytes M·K + K·N + M·N per matmul, in the matmul's input precision, as many times as it runs: the activations
+    K + N per token of M, the weights K·N once per micro-batch."""
     e, passes, per_t = matmul_operand_bytes(c), matmul_passes(c), 1.0 / c.tp
     weights, io = dense * dense_matmul_params(c, False), dense * dense_io_per_token(c, False)
     if moe > 0:
         weights += moe * dense_matmul_params(c, True)
         io += moe * dense_io_per_token(c, True)
     weights *= per_t
-    flops = 2.0 * m * weights * passes
+    flops = 2.0 * weights * passes
     if c.lora_rank > 0:
-        flops += m * (dense + moe) * lora_flops_per_token_layer(c) * per_t
-    nbytes = e * passes * (m * io + weights)
+        flops += (dense + moe) * lora_flops_per_token_layer(c) * per_t
+    per_token, per_microbatch = e * passes * io, e * passes * weights
     if c.lm_head:
         head = float(c.vocab) * c.d_model * per_t
         head_passes = 2.0 if frozen(c) else 3.0
-        flops += 2.0 * m * head * head_passes
-        nbytes += e * head_passes * (m * (c.d_model + float(c.vocab) * per_t) + head)
-    return flops, nbytes
+        flops += 2.0 * head * head_passes
+        per_token += e * head_passes * (c.d_model + float(c.vocab) * per_t)
+        per_microbatch += e * head_passes * head
+    return flops, per_token, per_microbatch
 
 
 @formula
-def expert_work(c, m, moe):
-    """(FLOPs, operand bytes) of the routed experts of moe layers for one micro-batch of m tokens on this GPU: its
-    m·k routed visits (times capacity_factor on the most loaded rank) spread over its E/ep experts, each expert's
-    matmul M that share."""
+def expert_work(c, moe):
+    """(FLOPs per token, operand bytes per token, weight bytes per micro-batch) of the routed experts of moe layers
+    on this GPU: each token's k routed visits (times capacity_factor on the most loaded rank) spread over its E/ep
+    experts, each expert's matmul M that share; every expert's weights read once per micro-batch."""
     if c.n_experts == 0:
-        return 0.0, 0.0
-    visits = m * c.top_k * c.capacity_factor
+        return 0.0, 0.0, 0.0
+    visits = c.top_k * c.capacity_factor
     e, t, passes = matmul_operand_bytes(c), c.tp, matmul_passes(c)
     weights = float(expert_params(c)) / t
     flops = 2.0 * visits * weights * passes * moe
-    nbytes = e * passes * moe * (visits * ffn_io_per_token(c, c.moe_d_ff) + weights * c.n_experts / c.ep)
-    return flops, nbytes
+    per_token = e * passes * moe * visits * ffn_io_per_token(c, c.moe_d_ff)
+    return flops, per_token, e * passes * moe * weights * c.n_experts / c.ep
 
 
 @formula
-def attention_work(c, m, layers):
-    """Attention core FLOPs of m tokens through `layers` layers (causal flash, backward, recompute:
-    attention_core_flops_per_token)."""
-    return m * layers * attention_core_flops_per_token(c)
+def attention_work(c, layers):
+    """Attention core FLOPs per token and key through `layers` layers (causal flash, backward, recompute:
+    attention_core_flops_per_key); a micro-batch of m tokens of length s does m·s times as many."""
+    return layers * attention_core_flops_per_key(c)
 
 
 @formula
-def produced_bytes(c, r, m, dense, moe):
-    """(layers, loss): bytes one micro-batch of m tokens makes its memory-bound kernels produce. The layers': the
-    memory model's per-token terms (levels.Rank, activations.py) split over TP as stage.py's full_layer_bytes
-    splits them (the norms and projection inputs whole unless SP), the s^2 scores included, as if nothing were
-    recomputed; in floats, without full_layer_bytes' integer rounding per shard. The loss's: its logits (m·V/tp,
-    vocabulary-parallel) times the bytes produced per logit above."""
+def produced_bytes(c, r, dense, moe):
+    """(layers, scores, loss): bytes one token of a micro-batch makes its memory-bound kernels produce, the scores'
+    per key (s of them). The layers': the memory model's per-token terms (levels.Rank, activations.py) split over
+    TP as stage.py's full_layer_bytes splits them (the norms and projection inputs whole unless SP), as if nothing
+    were recomputed; in floats, without full_layer_bytes' integer rounding per shard. The scores': the s^2 terms,
+    split over TP. The loss's: its logits (V/tp per token, vocabulary-parallel) times the bytes produced per logit
+    above."""
     per_t = 1.0 / c.tp
     if c.compile:  # Inductor's fused blocks materialize what they keep (compiled.py; dense blocks)
         replicated_per_token, split_per_token = r.compiled_replicated_per_token, r.compiled_split_per_token
-        scores = float(r.compiled_scores_per_key) * c.seq_len
+        scores_per_key = float(r.compiled_scores_per_key)
     else:
         replicated_per_token, split_per_token = r.replicated_per_token, r.split_per_token
         # the softmax's input kept by PyTorch before 1.11 is made either way: not more work
-        scores = float(r.scores_per_key - kept_scores_bytes_per_key(c)) * c.seq_len
+        scores_per_key = float(r.scores_per_key - kept_scores_bytes_per_key(c))
     replicated = replicated_per_token * (per_t if c.sp else 1.0)
-    split = dense * (split_per_token + scores) + moe * (r.moe_split_per_token + scores)
-    layers = m * ((dense + moe) * replicated + split * per_t)
+    split = dense * split_per_token + moe * r.moe_split_per_token
+    layers = (dense + moe) * replicated + split * per_t
+    scores = (dense + moe) * scores_per_key * per_t
     if not c.lm_head:
-        return layers, 0.0
+        return layers, scores, 0.0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
         per_logit = FUSED_LINEAR_LOSS_PRODUCED_BYTES
     else:
         per_logit = FUSED_KERNEL_LOSS_PRODUCED_BYTES if fused_kernels(c) else LOSS_PRODUCED_BYTES
-    return layers, per_logit * m * c.vocab * per_t
+    return layers, scores, per_logit * c.vocab * per_t
 
 
 @formula
@@ -150,15 +156,15 @@ def recompute_traffic_share(c):
 
 
 @formula
-def cast_bytes(c, m, dense, moe):
-    """HBM bytes of one micro-batch that depend on the numerics, not on the ops: fp8 casts of every matmul input
-    and output gradient (FP8_CAST_BYTES per element); a quantized LoRA base dequantized for the forward, the
-    input gradient and any recompute (read QUANT_BYTES, write 2)."""
-    nbytes = 0.0
+def cast_bytes(c, dense, moe):
+    """(per token, per micro-batch): HBM bytes that depend on the numerics, not on the ops. Per token, fp8 casts of
+    every matmul input and output gradient (FP8_CAST_BYTES per element); per micro-batch, a quantized LoRA base
+    dequantized for the forward, the input gradient and any recompute (read QUANT_BYTES, write 2)."""
+    per_token, per_microbatch = 0.0, 0.0
     if c.precision == Precision.FP8:
         routed = c.top_k * c.capacity_factor * ffn_io_per_token(c, c.moe_d_ff)
         io = dense * dense_io_per_token(c, False) + moe * (dense_io_per_token(c, True) + routed)
-        nbytes += FP8_CAST_BYTES * m * io * (1.0 + recompute_matmul_share(c))
+        per_token = FP8_CAST_BYTES * io * (1.0 + recompute_matmul_share(c))
     if c.lora_rank > 0 and c.base_quant != Quant.NONE:
-        nbytes += (2.0 + recompute_matmul_share(c)) * (QUANT_BYTES[c.base_quant] + 2.0) * params_per_gpu(c)
-    return nbytes
+        per_microbatch = (2.0 + recompute_matmul_share(c)) * (QUANT_BYTES[c.base_quant] + 2.0) * params_per_gpu(c)
+    return per_token, per_microbatch

@@ -4,6 +4,10 @@ turns into seconds): its micro-batches' FLOPs by kernel and the HBM bytes of the
 pipeline bubble, the optimizer step, and the host link:
 
     host offloaded weights (ZeRO-Infinity) and activations cross the host link beside the compute
+
+In two parts, as the sweep's levels evaluate them: work_rates, once per shape (every input but micro_batch and
+seq_len: levels.shape_terms), gives each quantity per token, per token and key, per micro-batch or per step; step_work
+multiplies them out for a micro_batch x seq_len, a few multiply-adds.
 """
 
 from typing import NamedTuple
@@ -13,7 +17,7 @@ import numpy as np
 from engine.inputs.codes import PPSchedule
 from engine.model.collectives import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
 from engine.model.common import formula
-from engine.model.flops import model_flops_per_token
+from engine.model.flops import active_matmul_params, attention_flops_per_key, model_flops_of
 from engine.model.microbatch_work import (
     attention_work,
     cast_bytes,
@@ -109,31 +113,77 @@ def offload_seconds(c, r):
 
 
 @formula
-def hbm_bytes(c, r, m, dense, moe):
-    """HBM bytes of one micro-batch's memory-bound kernels: MEMORY_PASSES x what its layers and its loss produce
-    (microbatch_work.py produced_bytes; under torch.compile what Inductor's fused blocks keep), the layers' again
-    where recomputed; plus fp8 casts and dequantization (microbatch_work.py)."""
-    layers, loss = produced_bytes(c, r, m, dense, moe)
-    layers *= 1.0 + recompute_traffic_share(c)
-    return MEMORY_PASSES * (layers + loss) + cast_bytes(c, m, dense, moe)
+def hbm_rates(c, r, dense, moe):
+    """(per token, per token and key, per micro-batch): HBM bytes of the memory-bound kernels, MEMORY_PASSES x what
+    the layers and the loss produce (microbatch_work.py produced_bytes; under torch.compile what Inductor's fused
+    blocks keep), the layers' again where recomputed; plus fp8 casts and dequantization (microbatch_work.py)."""
+    layers, scores, loss = produced_bytes(c, r, dense, moe)
+    recomputed = 1.0 + recompute_traffic_share(c)
+    casts, dequantized = cast_bytes(c, dense, moe)
+    return MEMORY_PASSES * (layers * recomputed + loss) + casts, MEMORY_PASSES * scores * recomputed, dequantized
+
+
+class WorkRates(NamedTuple):
+    """The shape's side of Work (levels.shape_terms): what the most loaded stage does per token of a micro-batch, per
+    token and key where attention's s x s terms scale with the sequence length, per micro-batch, or once per step,
+    from every input but micro_batch and seq_len; step_work multiplies them out for each of those (NaN: no work)."""
+
+    dense_flops: float = np.nan  # 6N: MFU's count per token without the attention's (flops.model_flops_of)
+    attention_flops_per_key: float = np.nan  # ... the attention's forward, per token and key
+    matmul_flops: float = np.nan  # per token
+    matmul_bytes: float = np.nan  # per token: the activations the matmuls read and write
+    matmul_weight_bytes: float = np.nan  # per micro-batch: the weights they read
+    expert_flops: float = np.nan  # per token
+    expert_bytes: float = np.nan  # per token
+    expert_weight_bytes: float = np.nan  # per micro-batch
+    attention_core_flops: float = np.nan  # per token and key
+    hbm_bytes: float = np.nan  # per token
+    hbm_bytes_per_key: float = np.nan  # per token and key: the scores'
+    dequant_bytes: float = np.nan  # per micro-batch
+    tp_bytes: float = np.nan  # per token
+    cp_bytes: float = np.nan  # per token
+    ep_bytes: float = np.nan  # per token
+    pp_bytes: float = np.nan  # per token
+    optimizer_bytes: float = np.nan  # per step, as Work's
+    stretch: float = np.nan
+    dp_bytes: float = np.nan
+    dp_window: float = np.nan
+    offload_s: float = np.nan
+
+
+NO_WORK_RATES = WorkRates()  # built here, with the defaults: numba does not apply a NamedTuple's defaults
 
 
 @formula
-def step_work(c, r, layer):
-    """Per GPU per optimizer step: FLOPs and bytes of the most loaded stage's micro-batches, and collectives
-    (`layer`: one layer's activation bytes, stage.layer_bytes)."""
-    if not has_dims(c):
-        return NO_WORK
-    m, n = local_tokens_float(c), float(c.grad_accum)  # tokens per micro-batch, micro-batches per step
+def work_rates(c, r):
+    """The shape's WorkRates: every input but micro_batch and seq_len decides them."""
     dense, moe = stage_layers(c, r)
-    mm_flops, mm_bytes = matmul_work(c, m, dense, moe)
-    ex_flops, ex_bytes = expert_work(c, m, moe)
+    mm_flops, mm_bytes, mm_weights = matmul_work(c, dense, moe)
+    ex_flops, ex_bytes, ex_weights = expert_work(c, moe)
+    hbm, hbm_per_key, dequantized = hbm_rates(c, r, dense, moe)
     dp, window = dp_bytes(c, r)
     states = float(r.columns.weight_bytes + r.columns.grad_bytes + r.columns.optimizer_bytes)
+    return WorkRates(6.0 * active_matmul_params(c), attention_flops_per_key(c), mm_flops, mm_bytes, mm_weights,
+                     ex_flops, ex_bytes, ex_weights, attention_work(c, dense + moe), hbm, hbm_per_key, dequantized,
+                     tp_bytes(c, 1.0, dense + moe), cp_bytes(c, 1.0, dense + moe), ep_bytes(c, 1.0, moe),
+                     pp_bytes(c, 1.0), OPTIMIZER_PASSES * states if trains(c) else 0.0, 1.0 + pipeline_bubble(c),
+                     dp, window, offload_seconds(c, r))
+
+
+@formula
+def step_work(c, r, layer, w):
+    """Per GPU per optimizer step: FLOPs and bytes of the most loaded stage's micro-batches, and collectives, from
+    the shape's WorkRates `w` (`layer`: one layer's activation bytes, stage.layer_bytes)."""
+    if not has_dims(c):
+        return NO_WORK
+    # tokens per micro-batch, keys per token, micro-batches per step
+    m, s, n = local_tokens_float(c), float(c.seq_len), float(c.grad_accum)
+    dense, moe = stage_layers(c, r)
     tokens = float(c.seq_len) * c.micro_batch * c.grad_accum * c.dp
-    return Work(model_flops_per_token(c), tokens / c.n_gpus, 1e6 * c.n_gpus / tokens, n * mm_flops, n * mm_bytes,
-                n * ex_flops, n * ex_bytes, n * attention_work(c, m, dense + moe), n * hbm_bytes(c, r, m, dense, moe),
-                OPTIMIZER_PASSES * states if trains(c) else 0.0, 1.0 + pipeline_bubble(c),
-                n * tp_bytes(c, m, dense + moe), n * cp_bytes(c, m, dense + moe), n * ep_bytes(c, m, moe),
-                n * pp_bytes(c, m), dp, window,
-                n * host_link_bytes(c, r, layer, dense, moe) / HOST_LINK_BYTES_PER_S, offload_seconds(c, r))
+    return Work(model_flops_of(w.dense_flops, w.attention_flops_per_key, s), tokens / c.n_gpus,
+                1e6 * c.n_gpus / tokens, n * (m * w.matmul_flops), n * (m * w.matmul_bytes + w.matmul_weight_bytes),
+                n * (m * w.expert_flops), n * (m * w.expert_bytes + w.expert_weight_bytes),
+                n * (m * (s * w.attention_core_flops)),
+                n * (m * (w.hbm_bytes + s * w.hbm_bytes_per_key) + w.dequant_bytes), w.optimizer_bytes, w.stretch,
+                n * (m * w.tp_bytes), n * (m * w.cp_bytes), n * (m * w.ep_bytes), n * (m * w.pp_bytes), w.dp_bytes,
+                w.dp_window, n * host_link_bytes(c, r, layer, dense, moe) / HOST_LINK_BYTES_PER_S, w.offload_s)

@@ -1,20 +1,21 @@
 """The sweep kernel: decode configurations from their index, evaluate each level where it changes, store.
 
-No memory arithmetic here. The axes are ordered rank, step, device (engine/configure/grid.py), so in index order a
-rank-level value holds for `rows_per_rank` consecutive rows, a step-level value for `rows_per_step`, and the
+No memory arithmetic here. The axes are ordered rank, shape, step, device (engine/configure/grid.py), so in index
+order a rank-level value holds for `rows_per_rank` consecutive rows, a step-level value for `rows_per_step`, and the
 device axes cycle through their `rows_per_step` combinations `g` within every step. The kernel evaluates
 levels.rank_terms when a rank axis moves (and levels.gpu_terms for every device combination of that rank, into
-a small table), levels.step_terms when a step axis moves, and levels.device_terms (a few additions and
-comparisons) for every row. Each level is stored once per slot of consecutive rows it holds for:
+a small table), levels.shape_terms when a shape axis moves, levels.step_terms when any step axis moves (a shape's
+too), and levels.device_terms (a few additions and comparisons) for every row. Each level but the shape, which has
+no output column of its own, is stored once per slot of consecutive rows it holds for:
 
     rank_out[:, slot]                      RankColumns, then dp and n_gpus    slot = index // rows_per_rank - first
     gpu_out[:, slot * rows_per_step + g]   GpuColumns                         g = index % rows_per_step
     step_out[:, slot]                      StepColumns                        slot = index // rows_per_step - first
     device_out[:, row], time_out[:, row]   DeviceColumns, Times               row = index - start
 
-Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns two
-scratch records, the configuration and its Rank (RANK_RECORD), each written through its int64 view and read as a
-record by the formulas. A slot is written
+Each prange block walks a contiguous index range with a mixed-radix odometer (no division per row) and owns three
+scratch records, the configuration, its Rank (RANK_RECORD) and its Shape (SHAPE_RECORD), each written through its
+int64 or float64 view and read as a record by the formulas. A slot is written
 by the one row that opens it (or by the chunk's first row), so no two blocks write the same place.
 """
 
@@ -26,6 +27,7 @@ from engine.model import levels
 from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table
 from engine.model.split import degrees
+from engine.model.step_work import WorkRates
 
 # The rank, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
 # cold compile took 56-69 s instead of 94 s on two idle cores (78 s with the step alone inlined). The calls cost ~7%
@@ -34,6 +36,7 @@ from engine.model.split import degrees
 # per row, stays inlined. Within each level LLVM inlines the formulas up to engine.LLVM_INLINE_THRESHOLD: 1.8x the
 # kernel's rate for a compile ~1.3x as long (107-119 s against 85-103 s on this machine, loaded, stop 36).
 rank_terms = numba.njit(cache=True, nogil=True)(levels.rank_terms)
+shape_terms = numba.njit(cache=True, nogil=True)(levels.shape_terms)
 step_terms = numba.njit(cache=True, nogil=True)(levels.step_terms)
 gpu_terms = numba.njit(cache=True, nogil=True)(levels.gpu_terms)
 
@@ -44,14 +47,19 @@ N_RATES = len(Rates._fields)
 # its record instead takes a fifth off the step's time with the same formulas (stop 36's paired runs, README).
 RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankColumns._fields])]
                        + [(name, np.int64) for name in levels.Rank._fields[1:]])
+# The shape level's result as a record too, for the same reason: its work rates are floats (step_work.WorkRates).
+SHAPE_RECORD = np.dtype([("work", [(name, np.float64) for name in WorkRates._fields])])
 
 
 def block_scratch(blocks: int) -> tuple:
     """sweep_chunk's per-block scratch, in the order of its parameters: `scratch` (a configuration record per
-    block, RECORD), its int64 view `scratch_words`, `rank_scratch` (a Rank record per block, RANK_RECORD) and its
-    int64 view `rank_words`."""
+    block, RECORD), its int64 view `scratch_words`, `rank_scratch` (a Rank record per block, RANK_RECORD), its
+    int64 view `rank_words`, `shape_scratch` (a Shape record per block, SHAPE_RECORD) and its float64 view
+    `shape_words`."""
     scratch, ranks = np.zeros(blocks, dtype=RECORD), np.zeros(blocks, dtype=RANK_RECORD)
-    return scratch, scratch.view(np.int64).reshape(blocks, -1), ranks, ranks.view(np.int64).reshape(blocks, -1)
+    shapes = np.zeros(blocks, dtype=SHAPE_RECORD)
+    return (scratch, scratch.view(np.int64).reshape(blocks, -1), ranks, ranks.view(np.int64).reshape(blocks, -1),
+            shapes, shapes.view(np.float64).reshape(blocks, -1))
 
 
 @numba.njit(cache=True)
@@ -63,6 +71,13 @@ def store_rank(r, words):
     rest = r[1:]
     for q in range(len(rest)):
         words[n + q] = rest[q]
+
+
+@numba.njit(cache=True)
+def store_shape(sh, words):
+    """Write the Shape `sh` into the float64 words of a SHAPE_RECORD."""
+    for q in range(len(sh.work)):
+        words[q] = sh.work[q]
 
 
 @numba.njit(cache=True)
@@ -109,13 +124,16 @@ def store_columns(columns, out, slot):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_step_axes, dp_mode,
-                scratch, scratch_words, rank_scratch, rank_words, rank_out, gpu_out, step_out, device_out, time_out):
+def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_shape_axes,
+                n_step_axes, dp_mode, scratch, scratch_words, rank_scratch, rank_words, shape_scratch, shape_words,
+                rank_out, gpu_out, step_out, device_out, time_out):
     """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out, device_out and time_out
-    (above; time_out[:, row] holds the float Times). Each block owns one record of `scratch` (the configuration)
-    and one of `rank_scratch` (its Rank, RANK_RECORD), written through their int64 views."""
+    (above; time_out[:, row] holds the float Times). Each block owns one record of `scratch` (the configuration),
+    one of `rank_scratch` (its Rank, RANK_RECORD) and one of `shape_scratch` (its Shape, SHAPE_RECORD), written
+    through their int64 and float64 views."""
     n_axes = radices.shape[0]
-    n_outer = n_rank_axes + n_step_axes
+    n_shaping = n_rank_axes + n_shape_axes  # the axes the shape reads: when one moves, it is evaluated again
+    n_outer = n_shaping + n_step_axes
     rows_per_step = 1
     for k in range(n_outer, n_axes):
         rows_per_step *= radices[k]
@@ -132,7 +150,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         if lo >= hi:
             continue
         words, rec = scratch_words[b], scratch[b]
-        held_rank = rank_scratch[b]
+        held_rank, held_shape = rank_scratch[b], shape_scratch[b]
         table = np.empty((n_gpu_columns, rows_per_step), dtype=np.int64)
         reasons = np.empty(rows_per_step, dtype=np.int64)
         host_ram = np.empty(rows_per_step, dtype=np.int64)
@@ -148,7 +166,8 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
         r = rank_terms(rec)
         store_rank(r, rank_words[b])
-        s = step_terms(rec, held_rank)
+        store_shape(shape_terms(rec, held_rank), shape_words[b])
+        s = step_terms(rec, held_rank, held_shape)
         fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, reasons, host_ram,
                        rates)
         opens_rank = lo == 0 or (start + lo) % rows_per_rank == 0
@@ -192,4 +211,6 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             else:
                 for j in range(k, n_outer):
                     set_axis(words, j, digits[j], axis_words, axis_fields, axis_width)
-            s = step_terms(rec, held_rank)
+            if k < n_shaping:
+                store_shape(shape_terms(rec, held_rank), shape_words[b])
+            s = step_terms(rec, held_rank, held_shape)

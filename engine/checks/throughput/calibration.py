@@ -9,7 +9,7 @@ from engine.model import gpu_rates as gpu_rates_module
 from engine.model import step_work as step_work_module
 from engine.model.gpu_rates import gpu_rates
 from engine.model.stage import layer_bytes
-from engine.model.step_work import step_work
+from engine.model.step_work import step_work, work_rates
 from engine.model.time import device_times
 
 # The constants of the time model that `fit` calibrates, with the range a fit may move them in.
@@ -34,7 +34,8 @@ def current(name: str) -> float:
 def predicted(item: dict) -> float:
     """memsim's tokens/s per GPU for a prepared row, with the calibrated constants as they are now."""
     record, r = item["record"], item["rank"]
-    times = device_times(step_work(record, r, layer_bytes(record, r)), gpu_rates(record, r))
+    work = step_work(record, r, layer_bytes(record, r), work_rates(record, r))
+    times = device_times(work, gpu_rates(record, r))
     return times.tokens_per_gpu_s
 
 

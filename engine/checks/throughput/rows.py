@@ -9,7 +9,7 @@ from engine.errors import UserError
 from engine.inputs.codes import Invalid
 from engine.inputs.vocabulary import INPUTS
 from engine.model.flops import model_flops_per_token as flops_per_token
-from engine.model.levels import device_terms, gpu_terms, rank_terms, step_terms
+from engine.model.levels import device_terms, gpu_terms, rank_terms, shape_terms, step_terms
 
 THROUGHPUT = DATA_DIR / "golden" / "throughput.csv"
 # Sources, by the case_id prefix THROUGHPUT.md gives each (one paper or repository each).
@@ -112,7 +112,7 @@ def prepared(rows: list[dict]) -> list[dict]:
             out.append(item | {"why_not": f"input rejected: {err}", "reference": None})
             continue
         r = rank_terms(record)
-        s = step_terms(record, r)
+        s = step_terms(record, r, shape_terms(record, r))
         item |= {"record": record, "rank": r, "step": s,
                  "reference": published_tokens_per_gpu_s(row, float(flops_per_token(record)))}
         reason = Invalid(device_terms(r, s, gpu_terms(record, r)).columns.invalid_reason)
