@@ -138,7 +138,7 @@ def test_the_rank_reaches_the_step_as_a_record_of_its_every_field():
     rng = np.random.default_rng(7)
     cases = [random_case(rng) for _ in range(40)] + [{"model": "llama-3.1-405b", "n_gpus": 8}]
     records, _, _ = resolve_cases(cases)
-    _, _, ranks, words, _, _ = block_scratch(1)
+    _, _, ranks, words, *_ = block_scratch(1)
     for rec in records:
         r = rank_terms(PlainRecord(rec))
         store_rank(r, words[0])

@@ -22,6 +22,7 @@ from engine.model.peak import (
     rank_save_peak,
     save_peak,
     saved_cast_bytes,
+    stage_fixed,
     stage_peak,
     stage_share,
 )
@@ -175,7 +176,7 @@ def named(parts) -> list[tuple[str, int]]:
 def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
     layer, ranks = layer_bytes(c, r), dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))
-    peaks = [(stage_peak(c, r, layer, rank, True), rank) for rank in ranks]
+    peaks = [(stage_peak(c, r, layer, rank, True, stage_fixed(c, r, rank)), rank) for rank in ranks]
     best, rank = peaks[0]
     for p, k in peaks[1:]:
         if p.allocated_bytes > best.allocated_bytes:

@@ -149,7 +149,7 @@ class SweepKernel:
         self.rows_per_shape = int(np.prod(self.radices[self.n_rank + self.n_shape:]))
         self.rows_per_rank = int(np.prod(self.radices[self.n_rank:]))
         self.blocks = 8 * numba.get_num_threads()
-        self.block_scratch = block_scratch(self.blocks)  # sweep_chunk's six scratch arrays, in its order
+        self.block_scratch = block_scratch(self.blocks)  # sweep_chunk's scratch arrays, in its order
         self.buffers = [None] * BUFFER_SETS
         self.adopted = [False] * BUFFER_SETS
         self.turn = 0

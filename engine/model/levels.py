@@ -44,7 +44,17 @@ from engine.model.load import load_bytes
 from engine.model.loss import loss_block_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
-from engine.model.peak import Peak, most_loaded, pageable_bytes, save_peak, stage_peaks, stage_share
+from engine.model.peak import (
+    NO_STAGE_FIXED,
+    Peak,
+    StageFixed,
+    evaluated_stage_fixed,
+    most_loaded,
+    pageable_bytes,
+    save_peak,
+    stage_peaks,
+    stage_share,
+)
 from engine.model.save import save_gather_bytes
 from engine.model.selective_op import (
     compiled_unsaved_bytes_per_token,
@@ -198,17 +208,23 @@ def rank_terms(c):
 class Shape(NamedTuple):
     """What a step's workload decides apart from its micro_batch and seq_len, worked out once for all of them (the
     sweep orders those two axes last among the step's: engine/configure/grid.py): the step's work per token
-    (step_work.py WorkRates). docs/step-coefficients.md plans the phased peak's coefficients here too."""
+    (step_work.py WorkRates), and what each evaluated pipeline rank holds in each phase apart from its activations
+    and the temporaries that grow with the tokens (peak.py StageFixed). docs/step-coefficients.md plans the rest of
+    the phased peak's coefficients here too."""
 
     work: WorkRates
+    first: StageFixed  # the first, middle and last pipeline ranks evaluated (split.stage_ranks)
+    middle: StageFixed
+    last: StageFixed
 
 
 @formula
 def shape_terms(c, r):
     """The Shape of a layout's workload (no micro_batch, no seq_len)."""
     if r.reason != Invalid.OK or not has_dims(c):  # step_terms evaluates nothing of it
-        return Shape(NO_WORK_RATES)
-    return Shape(work_rates(c, r))
+        return Shape(NO_WORK_RATES, NO_STAGE_FIXED, NO_STAGE_FIXED, NO_STAGE_FIXED)
+    first, middle, last = evaluated_stage_fixed(c, r)
+    return Shape(work_rates(c, r), first, middle, last)
 
 
 class Step(NamedTuple):
@@ -281,7 +297,7 @@ def step_terms(c, r, sh):
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, reason, NO_WORK, NULL, NULL, 0)
     layer = layer_bytes(c, r)  # one layer's activations, the same on every rank
-    training = stage_peaks(c, r, layer, False)  # each rank's step, then weighed against its evaluation
+    training = stage_peaks(c, r, layer, False, (sh.first, sh.middle, sh.last))  # then weighed against evaluations
     p, holds_loss, last = most_loaded(c, r, layer, training, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
     block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0

@@ -179,36 +179,104 @@ def forward_cast_bytes(c, r, rank, last):
 
 
 @formula
-def forward_temp_bytes(c, r, rank, last):
-    t = forward_cast_bytes(c, r, rank, last) + r.gather_bytes
-    if last:
-        t += loss_forward_bytes(c) + head_gradient_bytes(c)
-    return t
+def backward_fixed_temp_bytes(c, r, rank, last):
+    """Of backward_temp_bytes, what no micro_batch or seq_len changes: what stays gathered, the kept weight casts
+    and the head's gradient made in forward (a fused loss)."""
+    t = r.gather_bytes + saved_cast_bytes(c, r, rank, last)  # autocast's cache is gone: only the saved casts
+    return t + head_gradient_bytes(c) if last else t
 
 
 @formula
-def backward_temp_bytes(c, r, layer, rank, last, layer_acts):
+def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
-    plus what stays gathered and the kept weight casts (`layer_acts`: the activations of the rank's layers in
-    flight, stage.rank_layer_activation_bytes)."""
-    t = r.gather_bytes + saved_cast_bytes(c, r, rank, last)  # autocast's cache is gone: only the saved casts
+    plus `fixed`, backward_fixed_temp_bytes (`layer_acts`: the activations of the rank's layers in flight,
+    stage.rank_layer_activation_bytes)."""
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
     compute = backward_workspace_bytes(c) + layer.recomputed + 2 * r.prefetch_bytes
     freed = ceil_div(layer_acts, max(evaluated_layers(c, r, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
     loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
-    if last:
-        t += head_gradient_bytes(c)
-    return t + max(layer, loss)
+    return fixed + max(layer, loss)
+
+
+class StageFixed(NamedTuple):
+    """What a pipeline rank's step holds in each phase apart from its activations and the temporaries that grow with
+    the tokens: the same for every micro_batch and seq_len of a shape, so the sweep works them out once per shape
+    (levels.Shape) and stage_training_peak adds the rest per step. Bytes; grads_live 0 or 1."""
+
+    grads_live: int  # gradients live in forward (grads_live_in_forward)
+    live_bytes: int  # the states live in forward and backward, less a paged optimizer's
+    accumulated_bytes: int  # grad_sync = last's unsharded gradients (accumulated_grad_bytes)
+    forward_temp_bytes: int  # forward's fixed temporaries: casts, gathers, buckets, accumulated, a fused head's grad
+    model_temp_bytes: int  # ... the same where the model's forward has returned (outputs_held): no head gradient yet
+    backward_temp_bytes: int  # backward's fixed temporaries: backward_fixed_temp_bytes, buckets, accumulated
+    with_grads_bytes: int  # the states with every gradient, less a paged optimizer's
+    second_end_temp_bytes: int  # the second backward's end (pipelines): the embedding's gradient, the buckets
+    end_states_bytes: int  # the states when backward ends
+    end_temp_bytes: int  # ... and its fixed temporaries: sharding buffers, buckets, a tied gradient's sum (or the
+    # optimizer steps' buffers, optimizer_in_backward)
+    optimizer_temp_bytes: int  # the optimizer step's buffers and buckets
+    unpaged_bytes: int  # the states with every gradient, a paged optimizer's back for its step
+    reduce_temp_bytes: int  # FSDP's first reduce-scatter with the next group gathered
 
 
 @formula
-def stage_peak(c, r, layer, rank, with_eval):
+def stage_fixed(c, r, rank):
+    """Pipeline rank `rank`'s StageFixed."""
+    last = rank == c.pp - 1
+    g = grads_live_in_forward(c, rank)
+    accumulated = accumulated_grad_bytes(c, r, rank)
+    model_t = forward_cast_bytes(c, r, rank, last) + r.gather_bytes + accumulated
+    model_t += stage_share(c, r, rank, buckets_bytes(c, r, False))
+    bwd_t = backward_fixed_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, True))
+    with_grads = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
+    if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
+        end_states = stage_share(c, r, rank, states_bytes(r, False) - pageable_bytes(c, r))
+        end_t = r.end_bytes + r.step_bytes
+    else:
+        end_states = with_grads
+        end_t = r.end_bytes + stage_share(c, r, rank, buckets_bytes(c, r, True)) + tied_gradient_sum_bytes(c)
+    return StageFixed(
+        grads_live=1 if g else 0,
+        live_bytes=stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r)),
+        accumulated_bytes=accumulated,
+        forward_temp_bytes=model_t + (head_gradient_bytes(c) if last else 0),
+        model_temp_bytes=model_t,
+        backward_temp_bytes=bwd_t + accumulated,
+        with_grads_bytes=with_grads,
+        second_end_temp_bytes=embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes),
+        end_states_bytes=end_states,
+        end_temp_bytes=end_t,
+        optimizer_temp_bytes=(stage_share(c, r, rank, r.step_bytes)
+                              + stage_share(c, r, rank, buckets_bytes(c, r, False))),
+        unpaged_bytes=stage_share(c, r, rank, states_bytes(r, True)),
+        reduce_temp_bytes=r.reduce_bytes + next_group_gather_bytes(c, r),
+    )
+
+
+NO_STAGE_FIXED = StageFixed(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)  # a layout whose step evaluates nothing
+
+
+@formula
+def evaluated_stage_fixed(c, r):
+    """StageFixed of the first, middle and last pipeline ranks evaluated (stage_ranks; one and the same when
+    p = 1)."""
+    first_rank, middle_rank, last_rank = stage_ranks(c)
+    first = stage_fixed(c, r, first_rank)
+    if c.pp == 1:
+        return first, first, first
+    middle = first if middle_rank == first_rank else stage_fixed(c, r, middle_rank)
+    return first, middle, stage_fixed(c, r, last_rank)
+
+
+@formula
+def stage_peak(c, r, layer, rank, with_eval, fixed):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
-    p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch)."""
-    best = stage_training_peak(c, r, layer, rank)
+    p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch); `fixed`: its
+    StageFixed."""
+    best = stage_training_peak(c, r, layer, rank, fixed)
     return with_evaluation(c, r, layer, rank, best) if with_eval else best
 
 
@@ -224,66 +292,59 @@ def with_evaluation(c, r, layer, rank, best):
 
 
 @formula
-def stage_training_peak(c, r, layer, rank):
+def stage_training_peak(c, r, layer, rank, fixed):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank`: its states, the
-    activations it keeps in flight, its receive buffers."""
+    activations it keeps in flight, its receive buffers (`fixed`: its StageFixed, what no micro_batch or seq_len
+    changes)."""
     last = rank == c.pp - 1
     per_microbatch = rank_microbatch_activation_bytes(c, r, layer, rank)  # its layers', one micro-batch
     acts = stage_activations_from(c, r, rank, 0, per_microbatch)
     pinned = pinned_segment_bytes(c, r, layer, rank)
     kept = recv_buffer_bytes(c, rank)
-    g = grads_live_in_forward(c, rank)
-    live = stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r))
-    accumulated = accumulated_grad_bytes(c, r, rank)
-    fwd_t = forward_temp_bytes(c, r, rank, last) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
-    fwd_t += accumulated
+    g = fixed.grads_live == 1
+    live = fixed.live_bytes
+    fwd_t = fixed.forward_temp_bytes + kept + (loss_forward_bytes(c) if last else 0)
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned, 0)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
         # the model's forward has returned and its loss not begun: these logits (and the 16-bit ones they are cast
         # from, outputs_fp32), and the last micro-step's logits and graph, alive together (held.py)
-        model_t = fwd_t - forward_temp_bytes(c, r, rank, last) + forward_cast_bytes(c, r, rank, last) + r.gather_bytes
-        model_t += 2 * held + graph + cast_source_bytes(c, last)
+        model_t = fixed.model_temp_bytes + kept + 2 * held + graph + cast_source_bytes(c, last)
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned, 0)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
-    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts)
-    bwd_t += stage_share(c, r, rank, buckets_bytes(c, r, True)) + kept + held + accumulated
+    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_temp_bytes) + kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned, 0)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
         # end the first stage's embedding gradient is a temporary added into them, its own layers freed.
-        states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        states = fixed.with_grads_bytes
         second_acts = stage_activations_from(c, r, rank, 1, per_microbatch)
         second_t = bwd_t  # its buckets too: bwd_t holds them (buckets_bytes in backward)
         second = Peak(states + second_acts + second_t, Phase.BACKWARD.value, second_acts, second_t, True, acts,
                       pinned, 0)
         end_acts = stage_activations_from(c, r, rank, 2, per_microbatch)
-        end_t = kept + embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes)
+        end_t = kept + fixed.second_end_temp_bytes
         if states + end_acts + end_t > second.allocated_bytes:
             second = Peak(states + end_acts + end_t, Phase.BACKWARD.value, end_acts, end_t, True, acts, pinned, 0)
         if second.allocated_bytes > backward.allocated_bytes:
             backward = second
+    states = fixed.end_states_bytes
     if c.optimizer_in_backward:  # no gradient outlives its hook: the steps' buffers (r.step_bytes) in backward
-        end_t = r.end_bytes + r.step_bytes + kept
-        states = stage_share(c, r, rank, states_bytes(r, False) - pageable_bytes(c, r))
+        end_t = fixed.end_temp_bytes + kept
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, False, acts, pinned, 0)
         optimizer = backward_end
     else:
-        buckets = stage_share(c, r, rank, buckets_bytes(c, r, True))
-        end_t = r.end_bytes + buckets + tied_gradient_sum_bytes(c) + kept + held + graph
-        states = stage_share(c, r, rank, states_bytes(r, True) - pageable_bytes(c, r))
+        end_t = fixed.end_temp_bytes + kept + held + graph
         backward_end = Peak(states + end_t, Phase.BACKWARD.value, 0, end_t, True, acts, pinned, 0)
-        opt_t = stage_share(c, r, rank, r.step_bytes) + stage_share(c, r, rank, buckets_bytes(c, r, False)) + kept
-        opt_t += held + graph
-        unpaged = stage_share(c, r, rank, states_bytes(r, True))  # a paged optimizer's states are back for its step
-        optimizer = Peak(unpaged + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts, pinned, 0)
+        opt_t = fixed.optimizer_temp_bytes + kept + held + graph
+        optimizer = Peak(fixed.unpaged_bytes + opt_t, Phase.OPTIMIZER.value, 0, opt_t, True, acts, pinned, 0)
     if fsdp(c) and not c.optimizer_in_backward:
         # FSDP: the first block's gradients reduce-scattering after its backward, every other gradient made, the
         # next group gathered for its backward: the peak when gradients are not sharded (experts held by one
         # rank, whose "reduce-scatter" copies and divides them: PARALLEL.md, moe_ep).
-        reduce_t = r.reduce_bytes + next_group_gather_bytes(c, r) + kept
+        reduce_t = fixed.reduce_temp_bytes + kept
         reduce = Peak(states + reduce_t, Phase.BACKWARD.value, 0, reduce_t, True, acts, pinned, 0)
         if reduce.allocated_bytes > backward_end.allocated_bytes:
             backward_end = reduce
@@ -358,15 +419,15 @@ def save_peak(c, r):
 
 
 @formula
-def stage_peaks(c, r, layer, with_eval):
+def stage_peaks(c, r, layer, with_eval, fixed):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
-    p = 1)."""
+    p = 1); `fixed`: their StageFixed (evaluated_stage_fixed)."""
     first_rank, middle_rank, last_rank = stage_ranks(c)
-    first = stage_peak(c, r, layer, first_rank, with_eval)
+    first = stage_peak(c, r, layer, first_rank, with_eval, fixed[0])
     if c.pp == 1:
         return first, first, first
-    middle = first if middle_rank == first_rank else stage_peak(c, r, layer, middle_rank, with_eval)
-    return first, middle, stage_peak(c, r, layer, last_rank, with_eval)
+    middle = first if middle_rank == first_rank else stage_peak(c, r, layer, middle_rank, with_eval, fixed[1])
+    return first, middle, stage_peak(c, r, layer, last_rank, with_eval, fixed[2])
 
 
 @formula
@@ -375,7 +436,7 @@ def peak_of_ranks(c, r, with_eval):
     pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
     stage's peak (the same when p = 1)."""
     layer = layer_bytes(c, r)
-    return most_loaded(c, r, layer, stage_peaks(c, r, layer, False), with_eval)
+    return most_loaded(c, r, layer, stage_peaks(c, r, layer, False, evaluated_stage_fixed(c, r)), with_eval)
 
 
 @formula

@@ -26,6 +26,7 @@ from engine.inputs.vocabulary import RECORD
 from engine.model import levels
 from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table
+from engine.model.peak import StageFixed
 from engine.model.split import degrees
 from engine.model.step_work import WorkRates
 
@@ -47,19 +48,23 @@ N_RATES = len(Rates._fields)
 # its record instead takes a fifth off the step's time with the same formulas (stop 36's paired runs, README).
 RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankColumns._fields])]
                        + [(name, np.int64) for name in levels.Rank._fields[1:]])
-# The shape level's result as a record too, for the same reason: its work rates are floats (step_work.WorkRates).
-SHAPE_RECORD = np.dtype([("work", [(name, np.float64) for name in WorkRates._fields])])
+# The shape level's result as a record too, for the same reason: its work rates (floats, step_work.WorkRates), then
+# the three evaluated pipeline ranks' fixed bytes (int64, peak.StageFixed).
+STAGE_FIXED = [(name, np.int64) for name in StageFixed._fields]
+SHAPE_RECORD = np.dtype([("work", [(name, np.float64) for name in WorkRates._fields]),
+                         ("first", STAGE_FIXED), ("middle", STAGE_FIXED), ("last", STAGE_FIXED)])
 
 
 def block_scratch(blocks: int) -> tuple:
     """sweep_chunk's per-block scratch, in the order of its parameters: `scratch` (a configuration record per
     block, RECORD), its int64 view `scratch_words`, `rank_scratch` (a Rank record per block, RANK_RECORD), its
-    int64 view `rank_words`, `shape_scratch` (a Shape record per block, SHAPE_RECORD) and its float64 view
-    `shape_words`."""
+    int64 view `rank_words`, `shape_scratch` (a Shape record per block, SHAPE_RECORD), and its float64 and int64
+    views `shape_floats` and `shape_words` (each field is 8 bytes: the work's are read as floats, the rest as
+    ints)."""
     scratch, ranks = np.zeros(blocks, dtype=RECORD), np.zeros(blocks, dtype=RANK_RECORD)
     shapes = np.zeros(blocks, dtype=SHAPE_RECORD)
     return (scratch, scratch.view(np.int64).reshape(blocks, -1), ranks, ranks.view(np.int64).reshape(blocks, -1),
-            shapes, shapes.view(np.float64).reshape(blocks, -1))
+            shapes, shapes.view(np.float64).reshape(blocks, -1), shapes.view(np.int64).reshape(blocks, -1))
 
 
 @numba.njit(cache=True)
@@ -74,10 +79,16 @@ def store_rank(r, words):
 
 
 @numba.njit(cache=True)
-def store_shape(sh, words):
-    """Write the Shape `sh` into the float64 words of a SHAPE_RECORD."""
-    for q in range(len(sh.work)):
-        words[q] = sh.work[q]
+def store_shape(sh, floats, words):
+    """Write the Shape `sh` into a SHAPE_RECORD through its float64 and int64 views: its work rates, then each
+    evaluated rank's fixed bytes."""
+    n = len(sh.work)
+    for q in range(n):
+        floats[q] = sh.work[q]
+    for stage in (sh.first, sh.middle, sh.last):
+        for q in range(len(stage)):
+            words[n + q] = stage[q]
+        n += len(stage)
 
 
 @numba.njit(cache=True)
@@ -125,12 +136,12 @@ def store_columns(columns, out, slot):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices, n_rank_axes, n_shape_axes,
-                n_step_axes, dp_mode, scratch, scratch_words, rank_scratch, rank_words, shape_scratch, shape_words,
-                rank_out, gpu_out, step_out, device_out, time_out):
+                n_step_axes, dp_mode, scratch, scratch_words, rank_scratch, rank_words, shape_scratch, shape_floats,
+                shape_words, rank_out, gpu_out, step_out, device_out, time_out):
     """Evaluate configurations start .. start+count-1 into rank_out, gpu_out, step_out, device_out and time_out
     (above; time_out[:, row] holds the float Times). Each block owns one record of `scratch` (the configuration),
     one of `rank_scratch` (its Rank, RANK_RECORD) and one of `shape_scratch` (its Shape, SHAPE_RECORD), written
-    through their int64 and float64 views."""
+    through their int64 and float64 views (block_scratch)."""
     n_axes = radices.shape[0]
     n_shaping = n_rank_axes + n_shape_axes  # the axes the shape reads: when one moves, it is evaluated again
     n_outer = n_shaping + n_step_axes
@@ -166,7 +177,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
         set_record(rec, words, base, digits, axis_words, axis_fields, axis_width, dp_mode)
         r = rank_terms(rec)
         store_rank(r, rank_words[b])
-        store_shape(shape_terms(rec, held_rank), shape_words[b])
+        store_shape(shape_terms(rec, held_rank), shape_floats[b], shape_words[b])
         s = step_terms(rec, held_rank, held_shape)
         fill_gpu_table(rec, r, words, radices, n_outer, axis_words, axis_fields, axis_width, table, reasons, host_ram,
                        rates)
@@ -212,5 +223,5 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
                 for j in range(k, n_outer):
                     set_axis(words, j, digits[j], axis_words, axis_fields, axis_width)
             if k < n_shaping:
-                store_shape(shape_terms(rec, held_rank), shape_words[b])
+                store_shape(shape_terms(rec, held_rank), shape_floats[b], shape_words[b])
             s = step_terms(rec, held_rank, held_shape)
