@@ -8,7 +8,14 @@ import pytest
 from engine.ask.explain import explain, render
 from engine.checks.reserved import reserved_results
 from engine.checks.validate import MEASURED_DIR
-from engine.model.param_blocks import activation_block_bytes, homeless_bytes, stage_homeless_bytes
+from engine.model.common import ceil_div
+from engine.model.param_blocks import (
+    activation_block_bytes,
+    homeless_bytes,
+    into_blocks,
+    placed,
+    stage_homeless_bytes,
+)
 from tests.measure_helpers import quiet_harness  # noqa: F401 (the fixture)
 from tests.support import config
 
@@ -122,3 +129,25 @@ def test_a_traced_full_finetune_of_llama_3_2_3b_reserves_what_memsim_says(tmp_pa
     [result] = reserved_results(measured_file(str(tmp_path / "out.csv")))
     assert result["reference_gib"] > 1.15 * result["allocated_gib"]  # the replay reserves far above the peak
     assert abs(result["error_pct"]) < 5.0, result
+
+
+def test_the_placements_skip_only_divisions_whose_result_they_know():
+    """into_blocks and placed take the cases that need no division first (all fit, none fits): the same results as
+    the divisions themselves on every small case."""
+    for size in range(1, 9):
+        for count in range(0, 10):
+            for block in range(0, 40):
+                for blocks in range(0, 4):
+                    per_block = block // size
+                    if per_block == 0 or blocks == 0 or count == 0:
+                        want = count, blocks
+                    else:
+                        used = min(blocks, ceil_div(count, per_block))
+                        want = count - min(count, used * per_block), blocks - used
+                    assert into_blocks(size, count, block, blocks) == want, (size, count, block, blocks)
+            for room in range(0, 60, 7):
+                taken = min(count, room // size) if size <= 5 else 0
+                rest = count - taken
+                left, room_left, n0, _, _ = placed(size, count, 5, room, 9, 1, 0, 0, 0, 0)
+                want_rest, want_n0 = into_blocks(size, rest, 9, 1) if count else (0, 1)
+                assert (left, room_left, n0) == (want_rest * size, room - taken * size, want_n0), (size, count, room)

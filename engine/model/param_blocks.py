@@ -109,11 +109,14 @@ def activation_block_bytes(c):
 
 @formula
 def into_blocks(size, count, block, blocks):
-    """`count` blocks of `size` placed in `blocks` free blocks of `block` bytes, as many in each as fit: (how many
-    are left, how many free blocks are left)."""
-    per_block = block // size
-    if per_block == 0 or blocks == 0 or count == 0:
+    """`count` blocks of `size` (> 0) placed in `blocks` free blocks of `block` bytes, as many in each as fit: (how
+    many are left, how many free blocks are left). The two cases that need no division come first: the step's
+    homeless blocks are a chain of these placements, each waiting on the last one's divisions."""
+    if blocks == 0 or count == 0 or block < size:  # none fits: block // size == 0
         return count, blocks
+    if block >= count * size:  # all of them in the first block
+        return 0, blocks - 1
+    per_block = block // size
     used = min(blocks, ceil_div(count, per_block))
     return count - min(count, used * per_block), blocks - used
 
@@ -126,7 +129,7 @@ def placed(size, count, largest_activation, room, b0, n0, b1, n1, b2, n2):
     if count == 0 or size == 0:
         return 0, room, n0, n1, n2
     if size <= largest_activation:
-        taken = min(count, room // size)
+        taken = count if room >= count * size else room // size  # min(count, room // size), dividing only if less
         count, room = count - taken, room - taken * size
     count, n0 = into_blocks(size, count, b0, n0)
     count, n1 = into_blocks(size, count, b1, n1)
