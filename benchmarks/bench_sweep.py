@@ -18,11 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import numba
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import engine  # noqa: E402, F401 (before numpy, as memsim's own commands: its process settings, engine/__init__.py)
+
+# isort: split
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
 
 from engine.configure.grid import build_grid, decode  # noqa: E402
 from engine.configure.spec import parse_spec  # noqa: E402
