@@ -1,6 +1,7 @@
 """The temporaries bucket at the peak, by name: what `memsim explain` lists under "temporaries" (issue #21 item 7).
 
-peak.stage_peak sums each phase's transient buffers into one number, the fastest form for the kernels. This module
+peak.stage_peak sums each phase's transient buffers into one number (their fixed part once per shape,
+peak.stage_fixed), the fastest form for the kernels. This module
 re-adds the same terms, each under its name and source, for the candidate peak the model picked: the same rank
 (peak.peak's first, middle or last), the same phase and the same total. It is plain Python, called once per
 explained configuration; tests/test_temporaries.py holds every itemization to the kernel's temp_bytes, so

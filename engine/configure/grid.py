@@ -5,9 +5,9 @@ each axis (the last axis varies fastest). Axes a spec links ([link]) are one axi
 value j of each of them, and each keeps its own column (`Axis.columns`). Every axis is a small table: for each of its values, the record
 fields it sets (a model axis sets every architecture field from the catalog, a GPU axis the GPU's
 attributes, any other axis its own field). Axes are ordered by the shallowest level of the model that reads
-them (engine/model/dependencies.py): the layout axes first, then the workload (what its shape reads, then
-micro_batch and seq_len), the GPU innermost, so the kernel re-evaluates a level only when one of its own axes
-moves.
+them (engine/model/dependencies.py): the layout axes first, then the workload (the inputs its shape reads, then
+micro_batch, seq_len and the others only the step reads), the GPU innermost, so the kernel re-evaluates a level
+only when one of its own axes moves.
 """
 
 import math
@@ -58,7 +58,7 @@ class Axis:
 @dataclass
 class Grid:
     spec: Spec
-    axes: list  # rank axes, then shape axes, then step axes (micro_batch, seq_len), then device axes
+    axes: list  # rank axes, then shape axes, then step axes (micro_batch, seq_len, ...), then device axes
     base: np.ndarray  # one RECORD of defaults, as int64 words
     dp_mode: int  # engine.model.split.degrees: 0 dp derived, 1 n_gpus derived, 2 both given
 

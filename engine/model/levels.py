@@ -1,9 +1,9 @@
-"""The memory model in three levels, each a pure function of the configuration and the levels above it.
+"""The memory model in levels, each a pure function of the configuration and the levels above it.
 
     rank_terms(c)             what one rank holds and keeps per token: the model, method and layout decide it,
                               the workload and the GPU change none of it                -> Rank
-    shape_terms(c, r)         what the workload's inputs other than micro_batch and seq_len decide
-                              (checkpointing, grad_accum, compile, the loss's options...)  -> Shape
+    shape_terms(c, r)         what a few of the workload's inputs decide, never micro_batch or seq_len
+                              (checkpointing, grad_accum, compile...: dependencies.py)   -> Shape
     step_terms(c, r, sh)      the phased peak of one training step for a workload      -> Step
     gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity, rates -> Gpu
     device_terms(r, s, g)     the step's peak on that GPU: device peak, fits, time, cost -> Device
@@ -206,8 +206,9 @@ def rank_terms(c):
 
 
 class Shape(NamedTuple):
-    """What a step's workload decides apart from its micro_batch and seq_len, worked out once for all of them (the
-    sweep orders those two axes last among the step's: engine/configure/grid.py): the step's work per token
+    """What the workload's inputs shape_terms reads decide (never micro_batch or seq_len), worked out once for every
+    step that shares them (the sweep orders their axes before the step's: engine/configure/grid.py): the step's
+    work per token
     (step_work.py WorkRates), and what each evaluated pipeline rank holds in each phase apart from its activations
     and the temporaries that grow with the tokens (peak.py StageFixed). docs/step-coefficients.md plans the rest of
     the phased peak's coefficients here too."""

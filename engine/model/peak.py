@@ -190,7 +190,8 @@ def backward_fixed_temp_bytes(c, r, rank, last):
 def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed):
     """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
     workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
-    plus `fixed`, backward_fixed_temp_bytes (`layer_acts`: the activations of the rank's layers in flight,
+    plus `fixed`, what no micro_batch or seq_len changes (StageFixed.backward_fixed_bytes: backward_fixed_temp_bytes
+    with the buckets and accumulated gradients) (`layer_acts`: the activations of the rank's layers in flight,
     stage.rank_layer_activation_bytes)."""
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
@@ -209,9 +210,9 @@ class StageFixed(NamedTuple):
     grads_live: int  # gradients live in forward (grads_live_in_forward)
     live_bytes: int  # the states live in forward and backward, less a paged optimizer's
     accumulated_bytes: int  # grad_sync = last's unsharded gradients (accumulated_grad_bytes)
-    forward_temp_bytes: int  # forward's fixed temporaries: casts, gathers, buckets, accumulated, a fused head's grad
-    model_temp_bytes: int  # ... the same where the model's forward has returned (outputs_held): no head gradient yet
-    backward_temp_bytes: int  # backward's fixed temporaries: backward_fixed_temp_bytes, buckets, accumulated
+    forward_fixed_bytes: int  # forward's fixed temporaries: casts, gathers, buckets, accumulated, a fused head's grad
+    model_fixed_bytes: int  # ... the same where the model's forward has returned (outputs_held): no head gradient yet
+    backward_fixed_bytes: int  # backward's fixed temporaries: backward_fixed_temp_bytes, buckets, accumulated
     with_grads_bytes: int  # the states with every gradient, less a paged optimizer's
     second_end_temp_bytes: int  # the second backward's end (pipelines): the embedding's gradient, the buckets
     end_states_bytes: int  # the states when backward ends
@@ -242,9 +243,9 @@ def stage_fixed(c, r, rank):
         grads_live=1 if g else 0,
         live_bytes=stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r)),
         accumulated_bytes=accumulated,
-        forward_temp_bytes=model_t + (head_gradient_bytes(c) if last else 0),
-        model_temp_bytes=model_t,
-        backward_temp_bytes=bwd_t + accumulated,
+        forward_fixed_bytes=model_t + (head_gradient_bytes(c) if last else 0),
+        model_fixed_bytes=model_t,
+        backward_fixed_bytes=bwd_t + accumulated,
         with_grads_bytes=with_grads,
         second_end_temp_bytes=embedding_grad_temp_bytes(c, rank) + stage_share(c, r, rank, r.bucket_bytes),
         end_states_bytes=end_states,
@@ -303,18 +304,18 @@ def stage_training_peak(c, r, layer, rank, fixed):
     kept = recv_buffer_bytes(c, rank)
     g = fixed.grads_live == 1
     live = fixed.live_bytes
-    fwd_t = fixed.forward_temp_bytes + kept + (loss_forward_bytes(c) if last else 0)
+    fwd_t = fixed.forward_fixed_bytes + kept + (loss_forward_bytes(c) if last else 0)
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned, 0)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
     if c.outputs_held:
         # the model's forward has returned and its loss not begun: these logits (and the 16-bit ones they are cast
         # from, outputs_fp32), and the last micro-step's logits and graph, alive together (held.py)
-        model_t = fixed.model_temp_bytes + kept + 2 * held + graph + cast_source_bytes(c, last)
+        model_t = fixed.model_fixed_bytes + kept + 2 * held + graph + cast_source_bytes(c, last)
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned, 0)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
-    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_temp_bytes) + kept + held
+    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_fixed_bytes) + kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned, 0)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its

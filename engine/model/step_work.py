@@ -5,8 +5,8 @@ pipeline bubble, the optimizer step, and the host link:
 
     host offloaded weights (ZeRO-Infinity) and activations cross the host link beside the compute
 
-In two parts, as the sweep's levels evaluate them: work_rates, once per shape (every input but micro_batch and
-seq_len: levels.shape_terms), gives each quantity per token, per token and key, per micro-batch or per step; step_work
+In two parts, as the sweep's levels evaluate them: work_rates, once per shape (no micro_batch, no seq_len:
+levels.shape_terms), gives each quantity per token, per token and key, per micro-batch or per step; step_work
 multiplies them out for a micro_batch x seq_len, a few multiply-adds.
 """
 
@@ -126,7 +126,8 @@ def hbm_rates(c, r, dense, moe):
 class WorkRates(NamedTuple):
     """The shape's side of Work (levels.shape_terms): what the most loaded stage does per token of a micro-batch, per
     token and key where attention's s x s terms scale with the sequence length, per micro-batch, or once per step,
-    from every input but micro_batch and seq_len; step_work multiplies them out for each of those (NaN: no work)."""
+    from the rank and the shape's inputs (never micro_batch or seq_len); step_work multiplies them out per step (NaN:
+    no work)."""
 
     dense_flops: float = np.nan  # 6N: MFU's count per token without the attention's (flops.model_flops_of)
     attention_flops_per_key: float = np.nan  # ... the attention's forward, per token and key
@@ -156,7 +157,7 @@ NO_WORK_RATES = WorkRates()  # built here, with the defaults: numba does not app
 
 @formula
 def work_rates(c, r):
-    """The shape's WorkRates: every input but micro_batch and seq_len decides them."""
+    """The shape's WorkRates (no micro_batch, no seq_len)."""
     dense, moe = stage_layers(c, r)
     mm_flops, mm_bytes, mm_weights = matmul_work(c, dense, moe)
     ex_flops, ex_bytes, ex_weights = expert_work(c, moe)

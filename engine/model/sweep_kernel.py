@@ -30,7 +30,7 @@ from engine.model.peak import StageFixed
 from engine.model.split import degrees
 from engine.model.step_work import WorkRates
 
-# The rank, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
+# The rank, shape, step and GPU levels compiled each on its own and called, rather than inlined into one function: a
 # cold compile took 56-69 s instead of 94 s on two idle cores (78 s with the step alone inlined). The calls cost ~7%
 # of the kernel's rate, which the step's layer counts held by the Rank (split.evaluated_layers) won back (paired runs
 # of bench_sweep's 10^7 grid against one inlined kernel: 17.7-20.5 vs 17.2-19.6 M/s). device_terms, a few additions

@@ -2,9 +2,9 @@
 
 In the levels of levels.py, so that per row only a few multiplications remain:
 
-    step_work(c, r)      what one GPU of the most loaded pipeline stage does per optimizer step: FLOPs by kernel
+    step_work(c, r, ..)  what one GPU of the most loaded pipeline stage does per optimizer step: FLOPs by kernel
                          and the HBM bytes of the memory-bound ones, the bytes its collectives move -> Work
-                         (step_work.py)
+                         (step_work.py; from the shape's per-token rates, work_rates)
     gpu_rates(c, r)      seconds per FLOP, per HBM byte and per collective byte on this GPU type, for each
                          collective's group in this layout; $ per GPU-second -> Rates (gpu_rates.py)
     device_times(w, g)   the step time and what follows from it -> Times (here)
