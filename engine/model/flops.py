@@ -86,6 +86,13 @@ def attention_flops_per_token(c):
 
 
 @formula
+def dense_model_flops_per_token(c):
+    """6·N: the forward and backward FLOPs of the matmuls per token, the part of MFU's count that no sequence length
+    changes."""
+    return 6.0 * active_matmul_params(c)
+
+
+@formula
 def model_flops_of(dense_flops, attention_per_key, s):
     """6·N + 12·L·a·d·s: MFU's count at sequence length s, from the 6·N of the matmuls (`dense_flops`) and the
     attention's forward per key (the shape's WorkRates hold both; step_work.py evaluates them per seq_len)."""
@@ -95,7 +102,7 @@ def model_flops_of(dense_flops, attention_per_key, s):
 @formula
 def model_flops_per_token(c):
     """6·N + 12·L·a·d·s: the FLOPs MFU counts (forward and backward, no recomputation)."""
-    return model_flops_of(6.0 * active_matmul_params(c), attention_flops_per_key(c), c.seq_len)
+    return model_flops_of(dense_model_flops_per_token(c), attention_flops_per_key(c), c.seq_len)
 
 
 # --- what one GPU runs, per token of its micro-batch and per layer (split by TP) -----------------------------

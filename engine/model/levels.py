@@ -208,10 +208,9 @@ def rank_terms(c):
 class Shape(NamedTuple):
     """What the workload's inputs shape_terms reads decide (never micro_batch or seq_len), worked out once for every
     step that shares them (the sweep orders their axes before the step's: engine/configure/grid.py): the step's
-    work per token
-    (step_work.py WorkRates), and what each evaluated pipeline rank holds in each phase apart from its activations
-    and the temporaries that grow with the tokens (peak.py StageFixed). docs/step-coefficients.md plans the rest of
-    the phased peak's coefficients here too."""
+    work per token (step_work.py WorkRates), and what each evaluated pipeline rank holds in each phase apart from
+    its activations and the temporaries that grow with the tokens (peak.py StageFixed). docs/step-coefficients.md
+    plans the rest of the phased peak's coefficients here too."""
 
     work: WorkRates
     first: StageFixed  # the first, middle and last pipeline ranks evaluated (split.stage_ranks)

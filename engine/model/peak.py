@@ -209,7 +209,6 @@ class StageFixed(NamedTuple):
 
     grads_live: int  # gradients live in forward (grads_live_in_forward)
     live_bytes: int  # the states live in forward and backward, less a paged optimizer's
-    accumulated_bytes: int  # grad_sync = last's unsharded gradients (accumulated_grad_bytes)
     forward_fixed_bytes: int  # forward's fixed temporaries: casts, gathers, buckets, accumulated, a fused head's grad
     model_fixed_bytes: int  # ... the same where the model's forward has returned (outputs_held): no head gradient yet
     backward_fixed_bytes: int  # backward's fixed temporaries: backward_fixed_temp_bytes, buckets, accumulated
@@ -242,7 +241,6 @@ def stage_fixed(c, r, rank):
     return StageFixed(
         grads_live=1 if g else 0,
         live_bytes=stage_share(c, r, rank, states_bytes(r, g) - pageable_bytes(c, r)),
-        accumulated_bytes=accumulated,
         forward_fixed_bytes=model_t + (head_gradient_bytes(c) if last else 0),
         model_fixed_bytes=model_t,
         backward_fixed_bytes=bwd_t + accumulated,
@@ -257,7 +255,7 @@ def stage_fixed(c, r, rank):
     )
 
 
-NO_STAGE_FIXED = StageFixed(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)  # a layout whose step evaluates nothing
+NO_STAGE_FIXED = StageFixed(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)  # a layout whose step evaluates nothing
 
 
 @formula

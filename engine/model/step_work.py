@@ -17,7 +17,7 @@ import numpy as np
 from engine.inputs.codes import PPSchedule
 from engine.model.collectives import cp_bytes, dp_bytes, ep_bytes, pp_bytes, tp_bytes
 from engine.model.common import formula
-from engine.model.flops import active_matmul_params, attention_flops_per_key, model_flops_of
+from engine.model.flops import attention_flops_per_key, dense_model_flops_per_token, model_flops_of
 from engine.model.microbatch_work import (
     attention_work,
     cast_bytes,
@@ -129,7 +129,7 @@ class WorkRates(NamedTuple):
     from the rank and the shape's inputs (never micro_batch or seq_len); step_work multiplies them out per step (NaN:
     no work)."""
 
-    dense_flops: float = np.nan  # 6N: MFU's count per token without the attention's (flops.model_flops_of)
+    dense_flops: float = np.nan  # 6N: MFU's count per token without the attention's (flops.dense_model_flops_per_token)
     attention_flops_per_key: float = np.nan  # ... the attention's forward, per token and key
     matmul_flops: float = np.nan  # per token
     matmul_bytes: float = np.nan  # per token: the activations the matmuls read and write
@@ -164,7 +164,7 @@ def work_rates(c, r):
     hbm, hbm_per_key, dequantized = hbm_rates(c, r, dense, moe)
     dp, window = dp_bytes(c, r)
     states = float(r.columns.weight_bytes + r.columns.grad_bytes + r.columns.optimizer_bytes)
-    return WorkRates(6.0 * active_matmul_params(c), attention_flops_per_key(c), mm_flops, mm_bytes, mm_weights,
+    return WorkRates(dense_model_flops_per_token(c), attention_flops_per_key(c), mm_flops, mm_bytes, mm_weights,
                      ex_flops, ex_bytes, ex_weights, attention_work(c, dense + moe), hbm, hbm_per_key, dequantized,
                      tp_bytes(c, 1.0, dense + moe), cp_bytes(c, 1.0, dense + moe), ep_bytes(c, 1.0, moe),
                      pp_bytes(c, 1.0), OPTIMIZER_PASSES * states if trains(c) else 0.0, 1.0 + pipeline_bubble(c),
