@@ -159,8 +159,9 @@ def write_floors(cores: int, kernel_rate: float) -> None:
         build_ns, write_ns = build / chunk.count * 1e9, write / chunk.count * 1e9
         room = cores / TARGETS[mode] * 1e9 - build_ns - write_ns  # CPU a configuration left to the kernel
         needs = f"{cores / room * 1e3:,.0f} M/s" if room > 0 else "none would do"
-        print(f"  {mode:20s} {table.num_columns:2d} columns, {table.num_rows / chunk.count:6.1%} of rows kept; ns of CPU "
-              f"a configuration: write {write_ns:6.1f}, build {build_ns:5.1f}\n"
+        kept = table.num_rows / chunk.count
+        print(f"  {mode:20s} {table.num_columns:2d} columns, {kept:6.1%} of rows kept; ns of CPU a configuration: "
+              f"write {write_ns:6.1f}, build {build_ns:5.1f}\n"
               f"  {'':20s} at most {cores / (kernel_ns + write_ns) * 1e3:5.1f} M/s with the write alone, "
               f"{cores / (kernel_ns + write_ns + build_ns) * 1e3:5.1f} M/s built too; "
               f"{TARGETS[mode] / 1e6:.0f} M/s (issue #24) needs a kernel of {needs}")
