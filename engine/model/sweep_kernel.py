@@ -45,7 +45,7 @@ N_RATES = len(Rates._fields)
 
 # The rank level's result as a record, which the step's formulas read through a pointer. A Rank passed by value is
 # 37 words copied at every call of a formula LLVM did not inline (~13 ns a call; the step makes dozens): passing
-# its record instead takes a fifth off the step's time with the same formulas (stop 36's paired runs, README).
+# its record instead takes a fifth off the step's time with the same formulas (stop 36's paired runs, docs/speed.md).
 RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankColumns._fields])]
                        + [(name, np.int64) for name in levels.Rank._fields[1:]])
 # The shape level's result as a record too, for the same reason: its work rates (floats, step_work.WorkRates), then
