@@ -305,6 +305,38 @@ def test_compile_loss_false_keeps_the_compiled_blocks_and_the_eager_loss():
     kw = dict(model="llama-3.1-8b", seq_len=4096, attention="flash", precision="bf16")
     blocks_only, compiled, eager = (config(**kw, compile=True, compile_loss=False), config(**kw, compile=True),
                                     config(**kw))
+    t = 4096  # one sequence, as each of the three runs it
     for loss in (loss_forward_bytes, loss_backward_bytes):
-        assert loss(blocks_only) == loss(eager) > loss(compiled)
+        assert loss(blocks_only, t) == loss(eager, t) > loss(compiled, t)
     assert layer_bytes(blocks_only) == layer_bytes(compiled) < layer_bytes(eager)
+
+
+def test_the_shape_keeps_the_loss_per_token_only_where_every_step_is_a_whole_multiple_of_it():
+    """loss.loss_bytes_per_token: where the shape keeps bytes per token, every token count's loss is exactly that
+    many times them (the step multiplies instead of working it out); elsewhere it keeps none and the step works the
+    loss out. Random configurations of every loss, vocabulary split and precision the kernel's tests draw."""
+    import numpy as np
+
+    from engine.configure.resolve import resolve_cases
+    from engine.model.activations import local_tokens
+    from engine.model.kernel import PlainRecord
+    from engine.model.loss import NOT_PROPORTIONAL, loss_bytes, loss_bytes_per_token, step_loss_bytes
+    from engine.model.params import has_dims
+    from tests.test_kernel import random_case
+
+    rng = np.random.default_rng(47)
+    records, _, _ = resolve_cases([random_case(rng) for _ in range(2000)])
+    kept = worked_out = 0
+    for record in records:
+        c = PlainRecord(record)
+        if not has_dims(c):
+            continue
+        per_token = loss_bytes_per_token(c)
+        assert step_loss_bytes(c, per_token) == loss_bytes(c, local_tokens(c))
+        if per_token == NOT_PROPORTIONAL:
+            worked_out += 1
+            continue
+        kept += 1
+        for t in (1, 3, 1000, 12_345):
+            assert loss_bytes(c, t) == tuple(t * x for x in per_token)
+    assert kept > 100 and worked_out > 100  # both kinds drawn

@@ -8,7 +8,7 @@ The byte counts are worked by hand from the mechanism (tools/autograd/derivative
 import pytest
 
 from engine.inputs.codes import Phase
-from engine.model.activations import scores_bytes_per_key
+from engine.model.activations import local_tokens, scores_bytes_per_key
 from engine.model.loss import fp32_logits_bytes, loss_backward_bytes
 from tests.support import config, outputs
 
@@ -52,10 +52,12 @@ def test_an_evaluation_forward_keeps_nothing_for_a_backward():
 def test_the_standard_loss_keeps_its_fp32_logits_through_log_softmax_backward():
     lm = dict(model="llama-3.2-1b", seq_len=2048, micro_batch=2, precision="bf16")
     old, new = (config(**lm, softmax_saves_input=s) for s in (True, False))
-    assert loss_backward_bytes(old) == 4 * fp32_logits_bytes(old) == 4 * 4 * 4096 * 128256
-    assert loss_backward_bytes(new) == 3 * fp32_logits_bytes(new)
+    t = local_tokens(old)
+    assert loss_backward_bytes(old, t) == 4 * fp32_logits_bytes(old, t) == 4 * 4 * 4096 * 128256
+    assert loss_backward_bytes(new, t) == 3 * fp32_logits_bytes(new, t)
     chunked = dict(lm, loss_impl="chunked")  # torchtune's, which came with PyTorch 2: as it is
-    assert loss_backward_bytes(config(**chunked, softmax_saves_input=True)) == loss_backward_bytes(config(**chunked))
+    old, new = config(**chunked, softmax_saves_input=True), config(**chunked)
+    assert loss_backward_bytes(old, local_tokens(old)) == loss_backward_bytes(new, local_tokens(new))
 
 
 def test_hf_bert_large_rows_of_january_2022_are_met():

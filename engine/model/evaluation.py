@@ -56,7 +56,7 @@ def eval_layer_bytes(c, r, layer):
 def eval_loss_bytes(c):
     """The loss at its forward peak (loss.loss_forward_bytes) and the final hidden states, the head's input."""
     hidden = stream_bytes(c) * local_tokens(c) * c.d_model
-    return eval_scaled(c, loss_forward_bytes(c) + hidden)
+    return eval_scaled(c, loss_forward_bytes(c, local_tokens(c)) + hidden)
 
 
 @formula
@@ -79,4 +79,4 @@ def eval_segment_bytes(c):
     training step's segments stay cached beside them (traced evaluations replayed: data/measured/RECIPES.md)."""
     if c.eval_micro_batch <= c.micro_batch:
         return 0
-    return eval_scaled(c, loss_forward_bytes(c))
+    return eval_scaled(c, loss_forward_bytes(c, local_tokens(c)))

@@ -9,6 +9,7 @@ data/measured/qlora.csv, family outputs_held; LitGPT's own model code traced the
 """
 
 from engine.inputs.codes import LossImpl
+from engine.model.activations import local_tokens
 from engine.model.common import formula
 from engine.model.loss import fp32_logits_bytes, logits_bytes, returned_logits_bytes, shifted_loss
 from engine.model.stage import quant_kept_layer_bytes
@@ -21,7 +22,8 @@ def held_logits_bytes(c, last):
     the step when outputs_held."""
     if not c.outputs_held or not last or c.loss_impl == LossImpl.FUSED_LINEAR:
         return 0
-    return fp32_logits_bytes(c) if shifted_loss(c) else returned_logits_bytes(c)
+    t = local_tokens(c)
+    return fp32_logits_bytes(c, t) if shifted_loss(c) else returned_logits_bytes(c, t)
 
 
 @formula
@@ -29,9 +31,10 @@ def cast_source_bytes(c, last):
     """The model's own 16-bit logits while the loop's wrapper casts them (outputs_fp32): all its chunks stay alive
     until the cast list replaces them, beside the held logits of the last micro-step; with outputs_held that moment
     is the forward's peak (traced: data/measured/qlora.csv, outputs_fp32 family, the held row peaks at _to_copy)."""
-    if not last or returned_logits_bytes(c) == logits_bytes(c):
+    t = local_tokens(c)
+    if not last or returned_logits_bytes(c, t) == logits_bytes(c, t):
         return 0
-    return logits_bytes(c)
+    return logits_bytes(c, t)
 
 
 @formula

@@ -41,7 +41,7 @@ from engine.model.compiled import (
 from engine.model.evaluation import eval_segment_bytes, evaluates
 from engine.model.gpu_rates import Rates, gpu_rates
 from engine.model.load import load_bytes
-from engine.model.loss import loss_block_bytes
+from engine.model.loss import NOT_PROPORTIONAL, LossBytes, loss_bytes_per_token, step_loss_bytes
 from engine.model.overhead import allocator_slack_bytes, loss_recut_bytes, overhead_bytes
 from engine.model.params import has_dims, n_moe_layers
 from engine.model.peak import (
@@ -208,23 +208,25 @@ def rank_terms(c):
 class Shape(NamedTuple):
     """What the workload's inputs shape_terms reads decide (never micro_batch or seq_len), worked out once for every
     step that shares them (the sweep orders their axes before the step's: engine/configure/grid.py): the step's
-    work per token (step_work.py WorkRates), and what each evaluated pipeline rank holds in each phase apart from
-    its activations and the temporaries that grow with the tokens (peak.py StageFixed). docs/step-coefficients.md
-    plans the rest of the phased peak's coefficients here too."""
+    work per token (step_work.py WorkRates), what each evaluated pipeline rank holds in each phase apart from
+    its activations and the temporaries that grow with the tokens (peak.py StageFixed), and the loss's bytes per
+    token where each step's are a whole multiple of them (loss.py LossBytes). docs/step-coefficients.md plans the
+    rest of the phased peak's coefficients here too."""
 
     work: WorkRates
     first: StageFixed  # the first, middle and last pipeline ranks evaluated (split.stage_ranks)
     middle: StageFixed
     last: StageFixed
+    loss_per_token: LossBytes  # the loss's bytes per local token, or NOT_PROPORTIONAL (loss.loss_bytes_per_token)
 
 
 @formula
 def shape_terms(c, r):
     """The Shape of a layout's workload (no micro_batch, no seq_len)."""
     if r.reason != Invalid.OK or not has_dims(c):  # step_terms evaluates nothing of it
-        return Shape(NO_WORK_RATES, NO_STAGE_FIXED, NO_STAGE_FIXED, NO_STAGE_FIXED)
+        return Shape(NO_WORK_RATES, NO_STAGE_FIXED, NO_STAGE_FIXED, NO_STAGE_FIXED, NOT_PROPORTIONAL)
     first, middle, last = evaluated_stage_fixed(c, r)
-    return Shape(work_rates(c, r), first, middle, last)
+    return Shape(work_rates(c, r), first, middle, last, loss_bytes_per_token(c))
 
 
 class Step(NamedTuple):
@@ -297,10 +299,11 @@ def step_terms(c, r, sh):
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, reason, NO_WORK, NULL, NULL, 0)
     layer = layer_bytes(c, r)  # one layer's activations, the same on every rank
-    training = stage_peaks(c, r, layer, False, (sh.first, sh.middle, sh.last))  # then weighed against evaluations
+    loss = step_loss_bytes(c, sh.loss_per_token)
+    training = stage_peaks(c, r, layer, loss, False, (sh.first, sh.middle, sh.last))  # then weighed against evaluations
     p, holds_loss, last = most_loaded(c, r, layer, training, True)
     grads = r.columns.grad_bytes if p.grads_live else 0
-    block = loss_block_bytes(c) if c.allocator == Allocator.CACHING else 0
+    block = loss.block if c.allocator == Allocator.CACHING else 0
     slack = reserve_slack_bytes(c, r, p, holds_loss, last, block)
     if evaluates(c) and block > 0:
         # the loss stage's step segments stay cached beside its evaluation's own, whichever phase peaks

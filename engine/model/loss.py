@@ -13,8 +13,12 @@
 Sources: transformers/loss/loss_utils.py ForCausalLMLoss; torchtune modules/loss/ce_chunked_output_loss.py and
 TransformerDecoder.chunked_output; liger-kernel ops/fused_linear_cross_entropy.py; Megatron
 tensor_parallel/cross_entropy.py. Each term is measured in data/measured/RECIPES.md (loss_impl sections).
-B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V.
+B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V. Each function takes t, the micro-batch's
+local tokens (activations.local_tokens): the workload's shape asks for one token's worth where every step's loss is a
+whole multiple of it (loss_bytes_per_token), and a step multiplies (step_loss_bytes).
 """
+
+from typing import NamedTuple
 
 from engine.catalogs.conventions import FRAMEWORK_DTENSOR_TP, FRAMEWORK_TORCH_PIPELINING
 from engine.inputs.codes import LossImpl
@@ -35,15 +39,15 @@ def vocab_shards(c):
 
 
 @formula
-def logits_bytes(c):
+def logits_bytes(c, t):
     """The LM head's output, s*b*V in the compute dtype, over the vocabulary shards."""
     if not c.lm_head:
         return 0
-    return ceil_div(compute_bytes(c) * local_tokens(c) * c.vocab, vocab_shards(c))
+    return ceil_div(compute_bytes(c) * t * c.vocab, vocab_shards(c))
 
 
 @formula
-def returned_logits_bytes(c):
+def returned_logits_bytes(c, t):
     """The logits as the loss and the training loop see them: the compute dtype's, or fp32 under outputs_fp32,
     where the loop's wrapper casts the model's floating outputs to fp32 as it returns them (Lightning Fabric,
     fabric/wrappers.py _FabricModule.forward: `output = precision.convert_output(output)`; the true-half and
@@ -51,15 +55,15 @@ def returned_logits_bytes(c):
     bitsandbytes.py `convert_output`). The 16-bit logits die when the cast list replaces them. Not for a loss
     fused with the head or compiled with it (no logits are returned)."""
     if c.outputs_fp32 and not fused_kernels(c) and not loss_compiled(c) and c.loss_impl != LossImpl.FUSED_LINEAR:
-        return fp32_logits_bytes(c)
-    return logits_bytes(c)
+        return fp32_logits_bytes(c, t)
+    return logits_bytes(c, t)
 
 
 @formula
-def fp32_logits_bytes(c):
+def fp32_logits_bytes(c, t):
     if not c.lm_head:
         return 0
-    return ceil_div(4 * local_tokens(c) * c.vocab, vocab_shards(c))
+    return ceil_div(4 * t * c.vocab, vocab_shards(c))
 
 
 @formula
@@ -74,7 +78,7 @@ def head_weight_bytes(c, element_bytes):
 
 
 @formula
-def loss_forward_bytes(c):
+def loss_forward_bytes(c, t):
     """Loss tensors at their forward peak (inside the loss), logits included.
 
     standard, HF ForCausalLMLoss: logits in the compute dtype, logits.float() (a copy unless already fp32),
@@ -87,21 +91,21 @@ def loss_forward_bytes(c):
     if not has_dims(c) or not c.lm_head:
         return 0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
-        return fused_linear_forward_bytes(c)
+        return fused_linear_forward_bytes(c, t)
     if fused_kernels(c):
-        return logits_bytes(c) + fp32_logits_bytes(c)
+        return logits_bytes(c, t) + fp32_logits_bytes(c, t)
     if loss_compiled(c):  # the compiled cross-entropy keeps the 16-bit logits (all chunks') and two fp32 scalars
-        return logits_bytes(c) + 8 * local_tokens(c)
+        return logits_bytes(c, t) + 8 * t
     if shifted_loss(c):  # the model's fp32 logits, their shifted copy and the log-probs
-        return 3 * fp32_logits_bytes(c)
-    upcast = 0 if compute_bytes(c) == 4 or c.outputs_fp32 else fp32_logits_bytes(c)
+        return 3 * fp32_logits_bytes(c, t)
+    upcast = 0 if compute_bytes(c) == 4 or c.outputs_fp32 else fp32_logits_bytes(c, t)
     if c.loss_impl == LossImpl.CHUNKED:
         upcast = ceil_div(upcast, c.loss_chunks)
-    return returned_logits_bytes(c) + upcast + fp32_logits_bytes(c)
+    return returned_logits_bytes(c, t) + upcast + fp32_logits_bytes(c, t)
 
 
 @formula
-def loss_backward_bytes(c):
+def loss_backward_bytes(c, t):
     """Loss tensors at the start of backward, the usual peak.
 
     standard: the saved fp32 log-probs, the nll gradient and log_softmax's input gradient, 12 bytes per token
@@ -117,26 +121,26 @@ def loss_backward_bytes(c):
     if not has_dims(c) or not c.lm_head:
         return 0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
-        return local_tokens(c) * c.d_model * stream_bytes(c)
+        return t * c.d_model * stream_bytes(c)
     if fused_kernels(c):
-        return fp32_logits_bytes(c) + (logits_bytes(c) if compute_bytes(c) != 4 else 0)
+        return fp32_logits_bytes(c, t) + (logits_bytes(c, t) if compute_bytes(c) != 4 else 0)
     if c.loss_parallel and c.tp > 1 and FRAMEWORK_DTENSOR_TP[c.framework]:
         # torch.distributed.tensor.parallel.loss_parallel: its backward keeps the shifted logits and makes
         # zeros_like, exp and add, four fp32 (s·b, V/t) tensors (PARALLEL.md, tp_loss_parallel).
-        return 4 * fp32_logits_bytes(c)
+        return 4 * fp32_logits_bytes(c, t)
     if compiled_loss(c):
-        return 2 * logits_bytes(c)
+        return 2 * logits_bytes(c, t)
     if c.loss_impl == LossImpl.CHUNKED:
         n = c.loss_chunks
-        first_chunk = fp32_logits_bytes(c) + 2 * ceil_div(fp32_logits_bytes(c), n)
+        first_chunk = fp32_logits_bytes(c, t) + 2 * ceil_div(fp32_logits_bytes(c, t), n)
         if loss_compiled(c):  # compiled: every chunk's 16-bit logits and the first chunk's 16-bit gradient
-            first_chunk = logits_bytes(c) + ceil_div(logits_bytes(c), n)
+            first_chunk = logits_bytes(c, t) + ceil_div(logits_bytes(c, t), n)
         weight_grads = 3 * head_weight_bytes(c, compute_bytes(c)) if head_trains(c) else 0
-        all_dlogits = ceil_div(returned_logits_bytes(c) * max(n - 2, 0), n) + weight_grads
+        all_dlogits = ceil_div(returned_logits_bytes(c, t) * max(n - 2, 0), n) + weight_grads
         return max(first_chunk, all_dlogits)
     if c.softmax_saves_input:  # PyTorch < 1.11: log_softmax's node keeps its fp32 input until its backward has run
-        return 4 * fp32_logits_bytes(c)
-    return 3 * fp32_logits_bytes(c)
+        return 4 * fp32_logits_bytes(c, t)
+    return 3 * fp32_logits_bytes(c, t)
 
 
 @formula
@@ -177,9 +181,8 @@ def compiled_loss(c):
 
 
 @formula
-def fused_linear_chunk_tokens(c):
+def fused_linear_chunk_tokens(c, t):
     """Liger's chunk: the next power of two of t / ceil(V/h) tokens, at most t (a logits chunk of about t·h)."""
-    t = local_tokens(c)
     target = ceil_div(t, ceil_div(c.vocab, c.d_model))
     chunk = 1
     while chunk < target:
@@ -188,14 +191,14 @@ def fused_linear_chunk_tokens(c):
 
 
 @formula
-def fused_linear_forward_bytes(c):
+def fused_linear_forward_bytes(c, t):
     """Liger's fused linear cross-entropy in the forward: the input gradient (t·h, the hidden states' dtype)
     and the loss per token, one logits chunk in the compute dtype (a new one per chunk under autocast, the
     previous alive while it is made), and the head weight's 16-bit casts under autocast (one cached, one per
     chunk for W.t()) or the fp32 weight-gradient product per chunk (fp32). The head-weight gradient is
     head_gradient_bytes."""
-    t, h = local_tokens(c), c.d_model
-    chunk = fused_linear_chunk_tokens(c)
+    h = c.d_model
+    chunk = fused_linear_chunk_tokens(c, t)
     fixed = t * h * stream_bytes(c) + 4 * t
     logits_chunk = ceil_div(chunk * c.vocab * compute_bytes(c), vocab_shards(c))
     if weight_bytes_per_param(c) != compute_bytes(c):  # autocast: fp32 weight, 16-bit matmuls
@@ -206,7 +209,7 @@ def fused_linear_forward_bytes(c):
 
 
 @formula
-def loss_block_bytes(c):
+def loss_block_bytes(c, t):
     """The loss's block whose size recurs every micro-step, as loss_forward_bytes and loss_backward_bytes make it:
     the fp32 logits (standard; under fused kernels, chunked too), the 16-bit logits of a compiled loss (one chunk's
     when chunked), one fp32 chunk (chunked), one logits chunk (fused_linear). overhead.py's allocator slack keeps
@@ -214,16 +217,65 @@ def loss_block_bytes(c):
     if not has_dims(c) or not c.lm_head:
         return 0
     if c.loss_impl == LossImpl.FUSED_LINEAR:
-        return ceil_div(fused_linear_chunk_tokens(c) * c.vocab * compute_bytes(c), vocab_shards(c))
+        return ceil_div(fused_linear_chunk_tokens(c, t) * c.vocab * compute_bytes(c), vocab_shards(c))
     if fused_kernels(c):
-        return fp32_logits_bytes(c)
+        return fp32_logits_bytes(c, t)
     if c.loss_impl == LossImpl.CHUNKED:
         if loss_compiled(c):
-            return ceil_div(logits_bytes(c), c.loss_chunks)
-        return ceil_div(fp32_logits_bytes(c), c.loss_chunks)
+            return ceil_div(logits_bytes(c, t), c.loss_chunks)
+        return ceil_div(fp32_logits_bytes(c, t), c.loss_chunks)
     if compiled_loss(c):
-        return logits_bytes(c)
-    return fp32_logits_bytes(c)
+        return logits_bytes(c, t)
+    return fp32_logits_bytes(c, t)
+
+
+class LossBytes(NamedTuple):
+    """The loss's tensors for one micro-batch: at its forward peak, at the start of backward, and its block that
+    recurs every micro-step (loss_forward_bytes, loss_backward_bytes, loss_block_bytes)."""
+
+    forward: int
+    backward: int
+    block: int
+
+
+NOT_PROPORTIONAL = LossBytes(-1, -1, -1)  # no bytes per token: each step works its loss out (step_loss_bytes)
+
+
+@formula
+def loss_bytes(c, t):
+    """The micro-batch's LossBytes, worked out."""
+    return LossBytes(loss_forward_bytes(c, t), loss_backward_bytes(c, t), loss_block_bytes(c, t))
+
+
+@formula
+def proportional_loss(c):
+    """Whether each of the loss's tensors is a whole number of bytes per local token t, the same for every micro_batch
+    and seq_len: a standard loss (neither chunked nor fused with the head), every branch of whose three functions
+    above is a sum of whole multiples of logits_bytes, fp32_logits_bytes and local_tokens, with logits that split
+    evenly over the vocabulary shards (B_c·V and 4·V divisible by them: logits_bytes is then exactly t·B_c·V/shards
+    and fp32_logits_bytes t·4·V/shards, no rounding)."""
+    shards = vocab_shards(c)
+    return (c.loss_impl == LossImpl.STANDARD and compute_bytes(c) * c.vocab % shards == 0
+            and 4 * c.vocab % shards == 0)
+
+
+@formula
+def loss_bytes_per_token(c):
+    """The loss's bytes per local token where proportional_loss, else NOT_PROPORTIONAL: what the workload's shape
+    keeps (levels.Shape) so that a step multiplies (step_loss_bytes) rather than works the loss out."""
+    if not proportional_loss(c):
+        return NOT_PROPORTIONAL
+    return loss_bytes(c, 1)
+
+
+@formula
+def step_loss_bytes(c, per_token):
+    """The micro-batch's LossBytes: the shape's bytes per token (loss_bytes_per_token) times its local tokens, or
+    worked out where they are not proportional."""
+    t = local_tokens(c)
+    if per_token.forward < 0:
+        return loss_bytes(c, t)
+    return LossBytes(t * per_token.forward, t * per_token.backward, t * per_token.block)
 
 
 @formula
@@ -242,7 +294,8 @@ def pipeline_kept_loss_bytes(c, microbatches):
     loss_backward_bytes): data/measured/PARALLEL.md, pp_1f1b and pp_gpipe at the last rank."""
     if c.pp == 1 or not FRAMEWORK_TORCH_PIPELINING[c.framework] or not has_dims(c) or not c.lm_head:
         return 0
-    kept = microbatches * logits_bytes(c)
+    t = local_tokens(c)
+    kept = microbatches * logits_bytes(c, t)
     if c.loss_impl == LossImpl.STANDARD and not loss_compiled(c):
-        kept += (microbatches - 1) * fp32_logits_bytes(c)
+        kept += (microbatches - 1) * fp32_logits_bytes(c, t)
     return kept

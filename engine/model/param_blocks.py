@@ -144,13 +144,14 @@ def loss_blocks(c):
     loss its 16-bit logits (loss.loss_block_bytes); a chunked loss its chunks, one more than loss_chunks with the
     upcast of the one in hand; a loss fused with the head one chunk; and autocast's 16-bit copy of the head's weight,
     freed once the head's backward, the first, is done (none without an LM head)."""
+    t = local_tokens(c)
     if c.loss_impl == LossImpl.STANDARD and not compiled_loss(c):  # PyTorch < 1.11: and log_softmax's kept input
         fp32_blocks = 4 if c.softmax_saves_input and not fused_kernels(c) else 3
-        first, second = (fp32_logits_bytes(c), fp32_blocks), (logits_bytes(c) if compute_bytes(c) == 2 else 0, 1)
+        first, second = (fp32_logits_bytes(c, t), fp32_blocks), (logits_bytes(c, t) if compute_bytes(c) == 2 else 0, 1)
     elif c.loss_impl == LossImpl.CHUNKED:
-        first, second = (loss_block_bytes(c), c.loss_chunks + 1), (0, 0)
+        first, second = (loss_block_bytes(c, t), c.loss_chunks + 1), (0, 0)
     else:
-        first, second = (loss_block_bytes(c), 1), (0, 0)
+        first, second = (loss_block_bytes(c, t), 1), (0, 0)
     cast = (2 * c.vocab * c.d_model if is_amp(c) and c.lm_head else 0, 1)
     return first, second, cast
 

@@ -22,10 +22,11 @@ from engine.catalogs.conventions import (
     FRAMEWORK_TORCH_PIPELINING,
 )
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
+from engine.model.activations import local_tokens
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
-from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_forward_bytes
+from engine.model.loss import head_gradient_bytes, loss_bytes
 from engine.model.param_blocks import steady_reserved_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
@@ -187,18 +188,18 @@ def backward_fixed_temp_bytes(c, r, rank, last):
 
 
 @formula
-def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed):
-    """Early in backward: the loss gradients (last stage) or, once they are gone, one layer's gradient
-    workspace and its recomputed activations with the block's gathers and reduce-scatter, whichever is larger;
-    plus `fixed`, what no micro_batch or seq_len changes (StageFixed.backward_fixed_bytes: backward_fixed_temp_bytes
-    with the buckets and accumulated gradients) (`layer_acts`: the activations of the rank's layers in flight,
-    stage.rank_layer_activation_bytes)."""
+def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed, loss_backward):
+    """Early in backward: the loss gradients (last stage; `loss_backward`, loss.loss_backward_bytes) or, once they
+    are gone, one layer's gradient workspace and its recomputed activations with the block's gathers and
+    reduce-scatter, whichever is larger; plus `fixed`, what no micro_batch or seq_len changes
+    (StageFixed.backward_fixed_bytes: backward_fixed_temp_bytes with the buckets and accumulated gradients)
+    (`layer_acts`: the activations of the rank's layers in flight, stage.rank_layer_activation_bytes)."""
     # A block's backward with the next one prefetched; its reduce-scatter runs beside the next block's
     # backward, once its own activations are freed (one layer's worth fewer: FSDP2's overlap).
     compute = backward_workspace_bytes(c) + layer.recomputed + 2 * r.prefetch_bytes
     freed = ceil_div(layer_acts, max(evaluated_layers(c, r, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
-    loss = loss_prefetch_bytes(c, r) + loss_backward_bytes(c) if last else 0
+    loss = loss_prefetch_bytes(c, r) + loss_backward if last else 0
     return fixed + max(layer, loss)
 
 
@@ -271,11 +272,11 @@ def evaluated_stage_fixed(c, r):
 
 
 @formula
-def stage_peak(c, r, layer, rank, with_eval, fixed):
+def stage_peak(c, r, layer, loss, rank, with_eval, fixed):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
     p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch); `fixed`: its
     StageFixed."""
-    best = stage_training_peak(c, r, layer, rank, fixed)
+    best = stage_training_peak(c, r, layer, loss, rank, fixed)
     return with_evaluation(c, r, layer, rank, best) if with_eval else best
 
 
@@ -291,10 +292,10 @@ def with_evaluation(c, r, layer, rank, best):
 
 
 @formula
-def stage_training_peak(c, r, layer, rank, fixed):
+def stage_training_peak(c, r, layer, loss, rank, fixed):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank`: its states, the
-    activations it keeps in flight, its receive buffers (`fixed`: its StageFixed, what no micro_batch or seq_len
-    changes)."""
+    activations it keeps in flight, its receive buffers (`layer` and `loss`: one micro-batch's LayerBytes and
+    LossBytes; `fixed`: its StageFixed, what no micro_batch or seq_len changes)."""
     last = rank == c.pp - 1
     per_microbatch = rank_microbatch_activation_bytes(c, r, layer, rank)  # its layers', one micro-batch
     acts = stage_activations_from(c, r, rank, 0, per_microbatch)
@@ -302,7 +303,7 @@ def stage_training_peak(c, r, layer, rank, fixed):
     kept = recv_buffer_bytes(c, rank)
     g = fixed.grads_live == 1
     live = fixed.live_bytes
-    fwd_t = fixed.forward_fixed_bytes + kept + (loss_forward_bytes(c) if last else 0)
+    fwd_t = fixed.forward_fixed_bytes + kept + (loss.forward if last else 0)
     best = Peak(live + acts + fwd_t, Phase.FORWARD.value, acts, fwd_t, g, acts, pinned, 0)
     held = held_logits_bytes(c, last)  # outputs_held: this micro-step's logits, alive to the next forward's end
     graph = held_graph_bytes(c, evaluated_layers(c, r, rank))  # ... and what its graph's nodes hold after backward
@@ -313,7 +314,8 @@ def stage_training_peak(c, r, layer, rank, fixed):
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned, 0)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
-    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_fixed_bytes) + kept + held
+    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_fixed_bytes, loss.backward)
+    bwd_t += kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned, 0)
     if c.pp > 1 and not g and c.grad_accum > 1:
         # The second backward: the gradients exist (made by the first), one micro-batch fewer in flight; at its
@@ -418,15 +420,17 @@ def save_peak(c, r):
 
 
 @formula
-def stage_peaks(c, r, layer, with_eval, fixed):
+def stage_peaks(c, r, layer, loss, with_eval, fixed):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
     p = 1); `fixed`: their StageFixed (evaluated_stage_fixed)."""
     first_rank, middle_rank, last_rank = stage_ranks(c)
-    first = stage_peak(c, r, layer, first_rank, with_eval, fixed[0])
+    first = stage_peak(c, r, layer, loss, first_rank, with_eval, fixed[0])
     if c.pp == 1:
         return first, first, first
-    middle = first if middle_rank == first_rank else stage_peak(c, r, layer, middle_rank, with_eval, fixed[1])
-    return first, middle, stage_peak(c, r, layer, last_rank, with_eval, fixed[2])
+    middle = first
+    if middle_rank != first_rank:
+        middle = stage_peak(c, r, layer, loss, middle_rank, with_eval, fixed[1])
+    return first, middle, stage_peak(c, r, layer, loss, last_rank, with_eval, fixed[2])
 
 
 @formula
@@ -435,7 +439,8 @@ def peak_of_ranks(c, r, with_eval):
     pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
     stage's peak (the same when p = 1)."""
     layer = layer_bytes(c, r)
-    return most_loaded(c, r, layer, stage_peaks(c, r, layer, False, evaluated_stage_fixed(c, r)), with_eval)
+    training = stage_peaks(c, r, layer, loss_bytes(c, local_tokens(c)), False, evaluated_stage_fixed(c, r))
+    return most_loaded(c, r, layer, training, with_eval)
 
 
 @formula

@@ -26,6 +26,7 @@ from engine.inputs.vocabulary import RECORD
 from engine.model import levels
 from engine.model.gpu_rates import Rates
 from engine.model.levels import device_terms, gpu_from_table
+from engine.model.loss import LossBytes
 from engine.model.peak import StageFixed
 from engine.model.split import degrees
 from engine.model.step_work import WorkRates
@@ -49,10 +50,12 @@ N_RATES = len(Rates._fields)
 RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankColumns._fields])]
                        + [(name, np.int64) for name in levels.Rank._fields[1:]])
 # The shape level's result as a record too, for the same reason: its work rates (floats, step_work.WorkRates), then
-# the three evaluated pipeline ranks' fixed bytes (int64, peak.StageFixed).
+# the three evaluated pipeline ranks' fixed bytes (int64, peak.StageFixed) and the loss's bytes per token (int64,
+# loss.LossBytes).
 STAGE_FIXED = [(name, np.int64) for name in StageFixed._fields]
 SHAPE_RECORD = np.dtype([("work", [(name, np.float64) for name in WorkRates._fields]),
-                         ("first", STAGE_FIXED), ("middle", STAGE_FIXED), ("last", STAGE_FIXED)])
+                         ("first", STAGE_FIXED), ("middle", STAGE_FIXED), ("last", STAGE_FIXED),
+                         ("loss_per_token", [(name, np.int64) for name in LossBytes._fields])])
 
 
 def block_scratch(blocks: int) -> tuple:
@@ -81,7 +84,7 @@ def store_rank(r, words):
 @numba.njit(cache=True)
 def store_shape(sh, floats, words):
     """Write the Shape `sh` into a SHAPE_RECORD through its float64 and int64 views: its work rates, then each
-    evaluated rank's fixed bytes."""
+    evaluated rank's fixed bytes, then the loss's bytes per token."""
     n = len(sh.work)
     for q in range(n):
         floats[q] = sh.work[q]
@@ -89,6 +92,8 @@ def store_shape(sh, floats, words):
         for q in range(len(stage)):
             words[n + q] = stage[q]
         n += len(stage)
+    for q in range(len(sh.loss_per_token)):
+        words[n + q] = sh.loss_per_token[q]
 
 
 @numba.njit(cache=True)
