@@ -34,13 +34,14 @@ from tests.s3_server import start_s3_server  # noqa: E402
 CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, %r)
+from benchmarks.peak_rss import peak_rss_gib
 from engine.dataset.shards import sweep_shard
 t0 = time.perf_counter()
 r = sweep_shard(%r, %r, force=True, progress=False, say=lambda *a: None)
 wall = time.perf_counter() - t0
 u = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"configs": r.evaluated, "rows": r.written, "wall_s": wall, "cpu_s": u.ru_utime + u.ru_stime,
-                  "rss_gib": u.ru_maxrss / 2**20}))
+                  "rss_gib": peak_rss_gib()}))
 """
 
 

@@ -15,15 +15,16 @@ DEFAULT = ["summary", "min_gpus", "frontier", "cheapest_fleet", "feasibility_map
 PARAMS = {"max_micro_batch": {"model": "llama-3.1-70b"}}
 
 CODE = """
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, %r)
+from benchmarks.peak_rss import peak_rss_gib
 from engine.ask.queries import run_query
 from engine.dataset.views import connect
 con = connect(%r)
 t = time.perf_counter()
 rows = run_query(con, %r, %r)
 print(json.dumps({"seconds": time.perf_counter() - t, "rows": rows.height,
-                  "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+                  "rss_gib": peak_rss_gib()}))
 """
 
 

@@ -5,13 +5,12 @@ baseline, in one run; on the 10^7 grid, where the kernel's time goes (one step l
     python benchmarks/bench_sweep.py            # 1e6 and 1e7 configurations
     python benchmarks/bench_sweep.py --full     # also 1e8 (a few minutes, ~1 GiB of Parquet in a temp dir)
 
-Not a test: speed is measured here and quoted, never asserted. Each end-to-end run is a fresh process, so its
-peak RSS is its own.
+Not a test: speed is measured here and quoted, never asserted. Each end-to-end run is a fresh process, and its peak
+RSS its own address space's (benchmarks/peak_rss.py: not getrusage's, which keeps this process's size across exec).
 """
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import engine  # noqa: E402, F401 (before numpy, as memsim's own commands: its p
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.peak_rss import peak_rss_gib  # noqa: E402
 from engine.configure.grid import build_grid, decode  # noqa: E402
 from engine.configure.spec import parse_spec  # noqa: E402
 from engine.dataset.chunks import BUFFER_SETS, SweepKernel  # noqa: E402
@@ -142,11 +142,12 @@ def end_to_end(size: float, output: dict) -> dict:
         spec_path = Path(tmp) / "spec.toml"
         spec_path.write_text(toml({**spec(size), "output": output}))
         code = (
-            "import json, resource, sys, time; sys.path.insert(0, %r);"
+            "import json, sys, time; sys.path.insert(0, %r);"
+            "from benchmarks.peak_rss import peak_rss_gib;"
             "from engine.dataset.sweep import run_sweep;"
             "r = run_sweep(%r, %r, force=True, progress=False, say=lambda *a: None);"
             "print(json.dumps({'configs': r.evaluated, 'seconds': r.seconds, 'rows': r.written,"
-            " 'rss_gib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))"
+            " 'rss_gib': peak_rss_gib()}))"
         ) % (str(ROOT), str(spec_path), str(Path(tmp) / "out"))
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         result = json.loads(out.strip().splitlines()[-1])
@@ -187,7 +188,7 @@ def main() -> None:
             e2e_rate = e2e["configs"] / e2e["seconds"]
             print(f"{'':>22}{mode:<20} {e2e_rate / 1e6:6.2f} M/s  {e2e['rows']:>13,} rows  "
                   f"Parquet {e2e['parquet_mib']:8.1f} MiB  peak RSS {e2e['rss_gib']:.2f} GiB{share(e2e_rate)}")
-    print(f"(this process, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB)")
+    print(f"(this process, peak RSS {peak_rss_gib():.2f} GiB)")
 
 
 if __name__ == "__main__":
