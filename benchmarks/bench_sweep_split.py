@@ -128,19 +128,24 @@ def column_costs() -> None:
 TARGETS = {"full rows": 6e6, "compact rows": 20e6, "feasible rows only": 40e6}  # issue #24's, configurations/s
 
 
-def write_floors(cores: int, kernel_rate: float) -> None:
-    """Each output mode's chunk table built (columns.chunk_table) and written whole by store.PartWriter, best of five
-    each on one quiet core: their CPU per configuration, the rate `cores` cores cannot pass with the kernel at
-    `kernel_rate`, and the kernel rate issue #24's target for the mode would need."""
+def write_floors(cores: int, kernel_rate: float, size: float) -> None:
+    """Each output mode's table of the middle chunk of bench_sweep's grid of about `size` configurations, built
+    (columns.chunk_table) and written whole by store.PartWriter, best of five each on one quiet core: their CPU per
+    configuration, the rate `cores` cores cannot pass with the kernel at `kernel_rate`, and the kernel rate issue
+    #24's target for the mode would need. Feasible rows only: the cost of a kept row in that chunk times the share of
+    the whole grid's rows that fit (it varies from chunk to chunk with the models in it)."""
     from engine.configure.grid import build_grid
     from engine.configure.spec import parse_spec
     from engine.dataset.columns import chunk_table
 
-    grid = build_grid(parse_spec(spec(1e7)))
-    chunk = SweepKernel(grid, compiled=True).evaluate(3_000_000, 1 << 20)
+    grid = build_grid(parse_spec(spec(size)))
+    kernel = SweepKernel(grid, compiled=True)
+    fitting = sum(kernel.evaluate(start, min(1 << 20, grid.total - start)).count_rows("fits", 1)
+                  for start in range(0, grid.total, 1 << 20))
+    chunk = kernel.evaluate(grid.total // 2, min(1 << 20, grid.total - grid.total // 2))
     axes = [name for axis in grid.axes for name, _ in axis.columns]
     kernel_ns = cores / kernel_rate * 1e9
-    print(f"one chunk of {chunk.count:,} configurations of bench_sweep's 10^7 grid; the kernel at "
+    print(f"the middle chunk, {chunk.count:,} configurations, of bench_sweep's {grid.total:,}; the kernel at "
           f"{kernel_rate / 1e6:.0f} M/s is {kernel_ns:.1f} ns of CPU a configuration on {cores} cores")
     for mode, keep, compact in (("full rows", "all", False), ("compact rows", "all", True),
                                 ("feasible rows only", "feasible", False)):
@@ -156,10 +161,11 @@ def write_floors(cores: int, kernel_rate: float) -> None:
                 writer.write(table)
                 write = min(write, time.thread_time() - cpu)
                 writer.abort()
-        build_ns, write_ns = build / chunk.count * 1e9, write / chunk.count * 1e9
+        rows = table.num_rows / (fitting / grid.total) if keep == "feasible" else chunk.count  # the grid's share
+        build_ns, write_ns = build / rows * 1e9, write / rows * 1e9
         room = cores / TARGETS[mode] * 1e9 - build_ns - write_ns  # CPU a configuration left to the kernel
         needs = f"{cores / room * 1e3:,.0f} M/s" if room > 0 else "none would do"
-        kept = table.num_rows / chunk.count
+        kept = table.num_rows / rows
         print(f"  {mode:20s} {table.num_columns:2d} columns, {kept:6.1%} of rows kept; ns of CPU a configuration: "
               f"write {write_ns:6.1f}, build {build_ns:5.1f}\n"
               f"  {'':20s} at most {cores / (kernel_ns + write_ns) * 1e3:5.1f} M/s with the write alone, "
@@ -176,11 +182,12 @@ def main() -> None:
     ap.add_argument("--floors", action="store_true", help="each mode's rate bound by its Parquet write alone")
     ap.add_argument("--cores", type=int, default=2, help="cores the bound assumes (--floors)")
     ap.add_argument("--kernel-rate", type=float, default=60e6, help="the kernel's configurations/s (--floors)")
+    ap.add_argument("--grid", type=float, default=1e7, choices=[1e6, 1e7, 1e8], help="bench_sweep's grid (--floors)")
     args = ap.parse_args()
     if args.column_costs:
         return column_costs()
     if args.floors:
-        return write_floors(args.cores, args.kernel_rate)
+        return write_floors(args.cores, args.kernel_rate, args.grid)
     output = {"compact": True} if args.compact else {}
     if args.feasible_only:
         output["feasible_only"] = True
