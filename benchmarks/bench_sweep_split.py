@@ -4,7 +4,7 @@
     python benchmarks/bench_sweep_split.py --compact        # compact rows
     python benchmarks/bench_sweep_split.py --shards 2       # two shards written at once by one process
     python benchmarks/bench_sweep_split.py --column-costs   # one chunk's columns, each written alone
-    python benchmarks/bench_sweep_split.py --floors         # what the Parquet write alone bounds each mode at
+    python benchmarks/bench_sweep_split.py --floors         # what the build and the write bound each mode at
 
 Runs `run_sweep` as `memsim sweep` does, with each stage timed where it runs (wall time, and the CPU time of the
 thread that runs it: the kernel's own threads are not in its CPU figure). The three stages overlap (ChunkWriter:
@@ -18,12 +18,12 @@ memory first to size its part (sweep.expected_bytes), under 1% of the grid; the 
 five: what each column costs the writer, and for those that may hold NULL the same values with their NULLs filled
 in and declared non-null (what the definition levels cost).
 
-`--floors` builds one chunk's table and writes it whole through the sweep's own writer (store.PartWriter: its
-encodings, page checksums and hashing sink) for each output mode, best of five, and prints the CPU of each per
-configuration on one quiet core (a kept row's cost times the share of rows kept). A sweep runs the kernel, the
-build and the write, so on `--cores` cores none passes cores / (their CPU per configuration) configurations a
-second, however well they overlap: printed with the kernel at issue #24's 60 M/s (`--kernel-rate`; its threads'
-CPU a configuration is cores / rate), and the kernel rate each mode's target would need.
+`--floors` builds the tables of eight chunks spread over the grid and writes them through the sweep's own writer
+(store.PartWriter: its encodings, page checksums and hashing sink) for each output mode, best of three each, and
+prints the CPU of each per configuration on one quiet core. A sweep runs the kernel, the build and the write, so on
+`--cores` cores none passes cores / (their CPU per configuration) configurations a second, however well they
+overlap: printed with the kernel at issue #24's 60 M/s (`--kernel-rate`; its threads' CPU a configuration is cores /
+rate), with the build and as if it cost nothing, and the kernel rate each mode's target would need.
 """
 
 import argparse
@@ -128,48 +128,53 @@ def column_costs() -> None:
 TARGETS = {"full rows": 6e6, "compact rows": 20e6, "feasible rows only": 40e6}  # issue #24's, configurations/s
 
 
-def write_floors(cores: int, kernel_rate: float, size: float) -> None:
-    """Each output mode's table of the middle chunk of bench_sweep's grid of about `size` configurations, built
-    (columns.chunk_table) and written whole by store.PartWriter, best of five each on one quiet core: their CPU per
-    configuration, the rate `cores` cores cannot pass with the kernel at `kernel_rate`, and the kernel rate issue
-    #24's target for the mode would need. Feasible rows only: the cost of a kept row in that chunk times the share of
-    the whole grid's rows that fit (it varies from chunk to chunk with the models in it)."""
+def write_floors(cores: int, kernel_rate: float, size: float, samples: int = 8) -> None:
+    """Each output mode's tables of `samples` chunks spread evenly over bench_sweep's grid of about `size`
+    configurations, built (columns.chunk_table) and written whole by store.PartWriter, best of three each on one quiet
+    core: their CPU per configuration, the rate `cores` cores cannot pass with the kernel at `kernel_rate` (with the
+    build, and without it), and the kernel rate issue #24's target for the mode would need."""
     from engine.configure.grid import build_grid
     from engine.configure.spec import parse_spec
     from engine.dataset.columns import chunk_table
 
     grid = build_grid(parse_spec(spec(size)))
     kernel = SweepKernel(grid, compiled=True)
-    fitting = sum(kernel.evaluate(start, min(1 << 20, grid.total - start)).count_rows("fits", 1)
-                  for start in range(0, grid.total, 1 << 20))
-    chunk = kernel.evaluate(grid.total // 2, min(1 << 20, grid.total - grid.total // 2))
     axes = [name for axis in grid.axes for name, _ in axis.columns]
-    kernel_ns = cores / kernel_rate * 1e9
-    print(f"the middle chunk, {chunk.count:,} configurations, of bench_sweep's {grid.total:,}; the kernel at "
-          f"{kernel_rate / 1e6:.0f} M/s is {kernel_ns:.1f} ns of CPU a configuration on {cores} cores")
-    for mode, keep, compact in (("full rows", "all", False), ("compact rows", "all", True),
-                                ("feasible rows only", "feasible", False)):
-        build = write = float("inf")
-        for _ in range(5):
-            chunk.kept.clear()
-            cpu = time.thread_time()
-            table = chunk_table(chunk, keep, compact)
-            build = min(build, time.thread_time() - cpu)
-            with tempfile.TemporaryDirectory() as tmp:
-                writer = store.PartWriter(Path(tmp), 0, 1, table.schema, {}, "lz4", axes)
+    modes = (("full rows", "all", False), ("compact rows", "all", True), ("feasible rows only", "feasible", False))
+    spent = {mode: [0.0, 0.0, 0, 0] for mode, _, _ in modes}  # build s, write s, rows kept, configurations
+    for k in range(samples):
+        start = (grid.total - (1 << 20)) * k // max(samples - 1, 1)
+        chunk = kernel.evaluate(start, min(1 << 20, grid.total - start))
+        for mode, keep, compact in modes:
+            build = write = float("inf")
+            for _ in range(3):
+                chunk.kept.clear()
                 cpu = time.thread_time()
-                writer.write(table)
-                write = min(write, time.thread_time() - cpu)
-                writer.abort()
-        rows = table.num_rows / (fitting / grid.total) if keep == "feasible" else chunk.count  # the grid's share
-        build_ns, write_ns = build / rows * 1e9, write / rows * 1e9
+                table = chunk_table(chunk, keep, compact)
+                build = min(build, time.thread_time() - cpu)
+                with tempfile.TemporaryDirectory() as tmp:
+                    writer = store.PartWriter(Path(tmp), 0, 1, table.schema, {}, "lz4", axes)
+                    cpu = time.thread_time()
+                    writer.write(table)
+                    write = min(write, time.thread_time() - cpu)
+                    writer.abort()
+            totals = spent[mode]
+            totals[0] += build
+            totals[1] += write
+            totals[2] += table.num_rows
+            totals[3] += chunk.count
+    kernel_ns = cores / kernel_rate * 1e9
+    print(f"{samples} chunks of 2^20 spread over bench_sweep's {grid.total:,} configurations; the kernel at "
+          f"{kernel_rate / 1e6:.0f} M/s is {kernel_ns:.1f} ns of CPU a configuration on {cores} cores")
+    for mode, _, _ in modes:
+        build, write, kept, configs = spent[mode]
+        build_ns, write_ns = build / configs * 1e9, write / configs * 1e9
         room = cores / TARGETS[mode] * 1e9 - build_ns - write_ns  # CPU a configuration left to the kernel
         needs = f"{cores / room * 1e3:,.0f} M/s" if room > 0 else "none would do"
-        kept = table.num_rows / rows
-        print(f"  {mode:20s} {table.num_columns:2d} columns, {kept:6.1%} of rows kept; ns of CPU a configuration: "
-              f"write {write_ns:6.1f}, build {build_ns:5.1f}\n"
-              f"  {'':20s} at most {cores / (kernel_ns + write_ns) * 1e3:5.1f} M/s with the write alone, "
-              f"{cores / (kernel_ns + write_ns + build_ns) * 1e3:5.1f} M/s built too; "
+        print(f"  {mode:20s} {kept / configs:6.1%} of rows kept; ns of CPU a configuration: write {write_ns:6.1f}, "
+              f"build {build_ns:5.1f}\n"
+              f"  {'':20s} with the kernel, at most {cores / (kernel_ns + write_ns + build_ns) * 1e3:5.1f} M/s, "
+              f"{cores / (kernel_ns + write_ns) * 1e3:5.1f} M/s if the build cost nothing; "
               f"{TARGETS[mode] / 1e6:.0f} M/s (issue #24) needs a kernel of {needs}")
 
 
@@ -179,7 +184,7 @@ def main() -> None:
     ap.add_argument("--feasible-only", action="store_true", help="write only the rows that fit")
     ap.add_argument("--shards", type=int, default=1, help="parts written at once by this process")
     ap.add_argument("--column-costs", action="store_true", help="one chunk's columns, each written alone")
-    ap.add_argument("--floors", action="store_true", help="each mode's rate bound by its Parquet write alone")
+    ap.add_argument("--floors", action="store_true", help="each mode's rate bound by its build and write")
     ap.add_argument("--cores", type=int, default=2, help="cores the bound assumes (--floors)")
     ap.add_argument("--kernel-rate", type=float, default=60e6, help="the kernel's configurations/s (--floors)")
     ap.add_argument("--grid", type=float, default=1e7, choices=[1e6, 1e7, 1e8], help="bench_sweep's grid (--floors)")

@@ -16,7 +16,7 @@ from engine.model.states import (
     quantized_linear_bytes,
 )
 from engine.model.temporaries import optimizer_step_bytes
-from tests.support import config, outputs
+from tests.support import config, outputs, random_case
 
 TINY_LLAMA = dict(n_layers=2, vocab=32000, ffn_type="swiglu", norm_type="rmsnorm", seq_len=512)
 
@@ -322,7 +322,6 @@ def test_the_shape_keeps_the_loss_per_token_only_where_every_step_is_a_whole_mul
     from engine.model.kernel import PlainRecord
     from engine.model.loss import NOT_PROPORTIONAL, loss_bytes, loss_bytes_per_token, step_loss_bytes
     from engine.model.params import has_dims
-    from tests.test_kernel import random_case
 
     rng = np.random.default_rng(47)
     records, _, _ = resolve_cases([random_case(rng) for _ in range(2000)])

@@ -217,6 +217,14 @@ def remove_stale_temporaries(out_dir: Path, shard: int, n_shards: int) -> None:
         p.unlink(missing_ok=True)
 
 
+def parquet_options(schema: pa.Schema, axes: list[str], compression: str) -> dict:
+    """The Parquet writer's options for a part of this schema (PartWriter's docstring says why each)."""
+    categorical = [f.name for f in schema if pa.types.is_dictionary(f.type) and f.name not in axes]
+    return dict(compression=compression, use_dictionary=axes + categorical, write_page_checksum=True,
+                column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
+                data_page_size=PAGE_BYTES, write_batch_size=PAGE_BATCH_ROWS, data_page_version=DATA_PAGE_VERSION)
+
+
 class PartWriter:
     """Streams one shard's row groups into a temporary file and publishes it atomically on close.
 
@@ -225,7 +233,8 @@ class PartWriter:
     every label: 12% off a full row group's write); every other column is PLAIN, since the writer's dictionary
     hashing costs more per value than the compression of its long runs does; the index is delta encoded;
     statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes; data
-    pages of version 2 (DATA_PAGE_VERSION). Every page carries a CRC-32 and the bytes are hashed as they are written (engine/dataset/checksum.py).
+    pages of version 2 (DATA_PAGE_VERSION). Every page carries a CRC-32 and the bytes are hashed as they are written
+    (engine/dataset/checksum.py). `parquet_options` holds these settings.
 
     `out_dir` is a local directory (written with open() and os.replace) or a Location, written through its
     pyarrow filesystem: streamed to a temporary, then moved to its name. On an object store (S3, GCS), where an
@@ -257,12 +266,7 @@ class PartWriter:
         try:
             stream = open(self.tmp, "wb") if self.place is None else self.place.fs.open_output_stream(self.tmp)  # noqa: SIM115
             self.sink = HashingSink(stream)  # closed in close() or abort()
-            categorical = [f.name for f in schema if pa.types.is_dictionary(f.type) and f.name not in axes]
-            self.writer = pq.ParquetWriter(
-                self.sink, schema, compression=compression, use_dictionary=axes + categorical, write_page_checksum=True,
-                column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
-                data_page_size=PAGE_BYTES, write_batch_size=PAGE_BATCH_ROWS, data_page_version=DATA_PAGE_VERSION,
-            )
+            self.writer = pq.ParquetWriter(self.sink, schema, **parquet_options(schema, axes, compression))
         except (OSError, pa.ArrowException) as err:
             self.remove_tmp()
             raise UserError(f"cannot write {self.tmp}: {first_line(err)}") from None

@@ -17,7 +17,13 @@ from engine.configure.spec import load_spec
 from engine.dataset.chunks import SweepKernel
 from engine.dataset.columns import chunk_table
 from engine.dataset.locks import shard_lock
-from engine.dataset.store import PartWriter, check_shard_count, prepare_dataset, remove_stale_temporaries
+from engine.dataset.store import (
+    PartWriter,
+    check_shard_count,
+    parquet_options,
+    prepare_dataset,
+    remove_stale_temporaries,
+)
 from engine.errors import UserError
 from engine.inputs.codes import INVALID_REASONS, Invalid
 
@@ -35,14 +41,15 @@ def shard_range(total: int, shard: int, n_shards: int) -> tuple[int, int]:
 
 
 def expected_bytes(kernel: SweepKernel, lo: int, hi: int, feasible_only, valid_only, compression) -> int:
-    """Output size, extrapolated from a sample chunk written to memory with the real settings."""
+    """Output size, extrapolated from a sample chunk written to memory with the part writer's settings."""
     count = min(SAMPLE_ROWS, hi - lo)
     if count == 0:
         return 0
     chunk = kernel.evaluate(lo, count)
     table = chunk_table(chunk, keep_mode(feasible_only, valid_only), kernel.grid.spec.output.get("compact", False))
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression=compression)
+    axes = [name for axis in kernel.grid.axes for name, _ in axis.columns]
+    pq.write_table(table, buf, **parquet_options(table.schema, axes, compression))
     return int(buf.tell() / count * (hi - lo))
 
 

@@ -217,7 +217,7 @@ class Shape(NamedTuple):
     first: StageFixed  # the first, middle and last pipeline ranks evaluated (split.stage_ranks)
     middle: StageFixed
     last: StageFixed
-    loss_per_token: LossBytes  # the loss's bytes per local token, or NOT_PROPORTIONAL (loss.loss_bytes_per_token)
+    loss_bytes_per_token: LossBytes  # the loss's bytes per local token, or NOT_PROPORTIONAL (loss.loss_bytes_per_token)
 
 
 @formula
@@ -299,7 +299,7 @@ def step_terms(c, r, sh):
                               peak_optimizer_bytes=NULL, allocator_slack_bytes=NULL)
         return Step(columns, reason, NO_WORK, NULL, NULL, 0)
     layer = layer_bytes(c, r)  # one layer's activations, the same on every rank
-    loss = step_loss_bytes(c, sh.loss_per_token)
+    loss = step_loss_bytes(c, sh.loss_bytes_per_token)
     training = stage_peaks(c, r, layer, loss, False, (sh.first, sh.middle, sh.last))  # then weighed against evaluations
     p, holds_loss, last = most_loaded(c, r, layer, training, True)
     grads = r.columns.grad_bytes if p.grads_live else 0

@@ -13,9 +13,10 @@
 Sources: transformers/loss/loss_utils.py ForCausalLMLoss; torchtune modules/loss/ce_chunked_output_loss.py and
 TransformerDecoder.chunked_output; liger-kernel ops/fused_linear_cross_entropy.py; Megatron
 tensor_parallel/cross_entropy.py. Each term is measured in data/measured/RECIPES.md (loss_impl sections).
-B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V. Each function takes t, the micro-batch's
-local tokens (activations.local_tokens): the workload's shape asks for one token's worth where every step's loss is a
-whole multiple of it (loss_bytes_per_token), and a step multiplies (step_loss_bytes).
+B_c is the compute dtype's size; vocabulary-parallel heads (TP) divide V. The tensors' functions take t, the
+micro-batch's local tokens (activations.local_tokens), where the table above writes t: the workload's shape asks for
+one token's worth where every step's loss is a whole multiple of it (loss_bytes_per_token), and a step multiplies
+(step_loss_bytes).
 """
 
 from typing import NamedTuple
@@ -40,7 +41,7 @@ def vocab_shards(c):
 
 @formula
 def logits_bytes(c, t):
-    """The LM head's output, s*b*V in the compute dtype, over the vocabulary shards."""
+    """The LM head's output, t·V in the compute dtype, over the vocabulary shards."""
     if not c.lm_head:
         return 0
     return ceil_div(compute_bytes(c) * t * c.vocab, vocab_shards(c))
@@ -251,7 +252,7 @@ def loss_bytes(c, t):
 def proportional_loss(c):
     """Whether each of the loss's tensors is a whole number of bytes per local token t, the same for every micro_batch
     and seq_len: a standard loss (neither chunked nor fused with the head), every branch of whose three functions
-    above is a sum of whole multiples of logits_bytes, fp32_logits_bytes and local_tokens, with logits that split
+    above is a sum of whole multiples of logits_bytes, fp32_logits_bytes and t, with logits that split
     evenly over the vocabulary shards (B_c·V and 4·V divisible by them: logits_bytes is then exactly t·B_c·V/shards
     and fp32_logits_bytes t·4·V/shards, no rounding)."""
     shards = vocab_shards(c)
@@ -273,7 +274,7 @@ def step_loss_bytes(c, per_token):
     """The micro-batch's LossBytes: the shape's bytes per token (loss_bytes_per_token) times its local tokens, or
     worked out where they are not proportional."""
     t = local_tokens(c)
-    if per_token.forward < 0:
+    if per_token.forward < 0:  # NOT_PROPORTIONAL: no bytes can be negative
         return loss_bytes(c, t)
     return LossBytes(t * per_token.forward, t * per_token.backward, t * per_token.block)
 

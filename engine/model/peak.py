@@ -11,7 +11,8 @@ contiguous main-grad buffer, DeepSpeed ZeRO-3's gradient partitions). Between tw
 (eval_peak, evaluation.py).
 
 Every function takes the configuration `c` and the rank's per-layout quantities `r` (levels.Rank); those of a
-rank's step also one layer's bytes for one micro-batch, `layer` (stage.layer_bytes), worked out once per step.
+rank's step also one layer's bytes for one micro-batch, `layer` (stage.layer_bytes), worked out once per step, and
+the loss's, `loss` (loss.LossBytes: the shape's bytes per token times the step's tokens, loss.step_loss_bytes).
 """
 
 from typing import NamedTuple
@@ -188,8 +189,8 @@ def backward_fixed_temp_bytes(c, r, rank, last):
 
 
 @formula
-def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed, loss_backward):
-    """Early in backward: the loss gradients (last stage; `loss_backward`, loss.loss_backward_bytes) or, once they
+def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed, loss):
+    """Early in backward: the loss gradients (last stage; `loss`: the micro-batch's LossBytes) or, once they
     are gone, one layer's gradient workspace and its recomputed activations with the block's gathers and
     reduce-scatter, whichever is larger; plus `fixed`, what no micro_batch or seq_len changes
     (StageFixed.backward_fixed_bytes: backward_fixed_temp_bytes with the buckets and accumulated gradients)
@@ -199,8 +200,8 @@ def backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed, loss_backwar
     compute = backward_workspace_bytes(c) + layer.recomputed + 2 * r.prefetch_bytes
     freed = ceil_div(layer_acts, max(evaluated_layers(c, r, rank), 1))
     layer = compute + max(0, r.reduce_bytes - freed)
-    loss = loss_prefetch_bytes(c, r) + loss_backward if last else 0
-    return fixed + max(layer, loss)
+    gradients = loss_prefetch_bytes(c, r) + loss.backward if last else 0
+    return fixed + max(layer, gradients)
 
 
 class StageFixed(NamedTuple):
@@ -274,8 +275,8 @@ def evaluated_stage_fixed(c, r):
 @formula
 def stage_peak(c, r, layer, loss, rank, with_eval, fixed):
     """The largest of the forward, backward and optimizer peaks of pipeline rank `rank` (the only one when
-    p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch); `fixed`: its
-    StageFixed."""
+    p = 1), and `with_eval`, of the evaluation forward between steps (eval_micro_batch); `layer` and `loss`: one
+    micro-batch's LayerBytes and LossBytes; `fixed`: its StageFixed."""
     best = stage_training_peak(c, r, layer, loss, rank, fixed)
     return with_evaluation(c, r, layer, rank, best) if with_eval else best
 
@@ -314,7 +315,7 @@ def stage_training_peak(c, r, layer, loss, rank, fixed):
         if live + acts + model_t > best.allocated_bytes:
             best = Peak(live + acts + model_t, Phase.FORWARD.value, acts, model_t, g, acts, pinned, 0)
     layer_acts = in_flight_bytes(c, rank, per_microbatch, 0)
-    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_fixed_bytes, loss.backward)
+    bwd_t = backward_temp_bytes(c, r, layer, rank, last, layer_acts, fixed.backward_fixed_bytes, loss)
     bwd_t += kept + held
     backward = Peak(live + acts + bwd_t, Phase.BACKWARD.value, acts, bwd_t, g, acts, pinned, 0)
     if c.pp > 1 and not g and c.grad_accum > 1:
@@ -422,7 +423,8 @@ def save_peak(c, r):
 @formula
 def stage_peaks(c, r, layer, loss, with_eval, fixed):
     """The peaks of the first, the most loaded middle and the last pipeline rank (one and the same when
-    p = 1); `fixed`: their StageFixed (evaluated_stage_fixed)."""
+    p = 1); `layer` and `loss`: one micro-batch's LayerBytes and LossBytes; `fixed`: their StageFixed
+    (evaluated_stage_fixed)."""
     first_rank, middle_rank, last_rank = stage_ranks(c)
     first = stage_peak(c, r, layer, loss, first_rank, with_eval, fixed[0])
     if c.pp == 1:

@@ -55,7 +55,7 @@ RANK_RECORD = np.dtype([("columns", [(name, np.int64) for name in levels.RankCol
 STAGE_FIXED = [(name, np.int64) for name in StageFixed._fields]
 SHAPE_RECORD = np.dtype([("work", [(name, np.float64) for name in WorkRates._fields]),
                          ("first", STAGE_FIXED), ("middle", STAGE_FIXED), ("last", STAGE_FIXED),
-                         ("loss_per_token", [(name, np.int64) for name in LossBytes._fields])])
+                         ("loss_bytes_per_token", [(name, np.int64) for name in LossBytes._fields])])
 
 
 def block_scratch(blocks: int) -> tuple:
@@ -92,8 +92,8 @@ def store_shape(sh, floats, words):
         for q in range(len(stage)):
             words[n + q] = stage[q]
         n += len(stage)
-    for q in range(len(sh.loss_per_token)):
-        words[n + q] = sh.loss_per_token[q]
+    for q in range(len(sh.loss_bytes_per_token)):
+        words[n + q] = sh.loss_bytes_per_token[q]
 
 
 @numba.njit(cache=True)
