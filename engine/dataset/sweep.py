@@ -28,6 +28,9 @@ from engine.errors import UserError
 from engine.inputs.codes import INVALID_REASONS, Invalid
 
 SAMPLE_ROWS = 65_536
+# ... in slices spread over the shard: a sweep's first rows (its first model, its smallest layouts) compress unlike the
+# rest (the default sweep's first 65,536 rows put its 19.4 MiB at 8.2; eight slices at 19.5)
+SAMPLE_SLICES = 8
 
 
 def keep_mode(feasible_only: bool, valid_only: bool) -> str:
@@ -41,16 +44,23 @@ def shard_range(total: int, shard: int, n_shards: int) -> tuple[int, int]:
 
 
 def expected_bytes(kernel: SweepKernel, lo: int, hi: int, feasible_only, valid_only, compression) -> int:
-    """Output size, extrapolated from a sample chunk written to memory with the part writer's settings."""
-    count = min(SAMPLE_ROWS, hi - lo)
-    if count == 0:
+    """Output size, extrapolated from SAMPLE_ROWS rows in SAMPLE_SLICES slices spread over the shard, written to
+    memory with the part writer's settings (the whole shard where it is no larger)."""
+    n = hi - lo
+    if n == 0:
         return 0
-    chunk = kernel.evaluate(lo, count)
-    table = chunk_table(chunk, keep_mode(feasible_only, valid_only), kernel.grid.spec.output.get("compact", False))
-    buf = io.BytesIO()
+    slices = 1 if n <= SAMPLE_ROWS else SAMPLE_SLICES
+    rows = min(n, SAMPLE_ROWS) // slices
+    keep, compact = keep_mode(feasible_only, valid_only), kernel.grid.spec.output.get("compact", False)
     axes = [name for axis in kernel.grid.axes for name, _ in axis.columns]
-    pq.write_table(table, buf, **parquet_options(table.schema, axes, compression))
-    return int(buf.tell() / count * (hi - lo))
+    buf, writer = io.BytesIO(), None
+    for k in range(slices):
+        table = chunk_table(kernel.evaluate(lo + (n - rows) * k // max(slices - 1, 1), rows), keep, compact)
+        if writer is None:
+            writer = pq.ParquetWriter(buf, table.schema, **parquet_options(table.schema, axes, compression))
+        writer.write_table(table)  # now: the kernel's next calls reuse the buffers the table reads
+    writer.close()
+    return int(buf.tell() / (rows * slices) * n)
 
 
 @dataclass
