@@ -86,30 +86,25 @@ def shards_at_once(spec_path: Path, out_dir: Path, n: int) -> tuple[int, float]:
 
 
 def column_costs() -> None:
-    """Each column of one full chunk written alone as the part writer writes it (dictionary pages for the axes and
-    the categorical outputs, PLAIN otherwise, the index delta encoded, LZ4, page checksums), best of five; the int64
-    and float columns that may hold NULL again with their NULLs filled in and declared non-null."""
+    """Each column of one full chunk written alone as the part writer writes it (store.parquet_options: dictionary
+    pages for the axes and the categorical outputs, PLAIN otherwise, the index delta encoded, LZ4, page checksums,
+    version-2 pages), best of five; the int64 and float columns that may hold NULL again with their NULLs filled in
+    and declared non-null."""
     from engine.configure.grid import build_grid
     from engine.configure.spec import parse_spec
     from engine.dataset.columns import chunk_table
 
     grid = build_grid(parse_spec(spec(1e7)))
     table = chunk_table(SweepKernel(grid, compiled=True).evaluate(3_000_000, 1 << 20))
-    axes = {name for axis in grid.axes for name, _ in axis.columns}
-
     def cost(column: pa.Table) -> float:
-        field = column.schema[0]
-        dictionary = pa.types.is_dictionary(field.type)
+        options = store.parquet_options(column.schema, grid.column_names, "lz4")
+        if "index" not in column.schema.names:
+            options.pop("column_encoding")  # the index's delta encoding names a column this table lacks
         best = float("inf")
         for _ in range(5):
             with tempfile.TemporaryFile() as f:
                 t0 = time.perf_counter()
-                with pq.ParquetWriter(f, column.schema, compression="lz4", use_dictionary=dictionary,
-                                      write_page_checksum=True,
-                                      column_encoding=None if dictionary else {
-                                          field.name: "DELTA_BINARY_PACKED" if field.name == "index" else "PLAIN"},
-                                      write_statistics=field.name in axes or field.name == "index",
-                                      data_page_size=store.PAGE_BYTES, write_batch_size=store.PAGE_BATCH_ROWS) as w:
+                with pq.ParquetWriter(f, column.schema, **options) as w:
                     w.write_table(column)
                 best = min(best, time.perf_counter() - t0)
         return best / column.num_rows * 1e9
@@ -139,7 +134,6 @@ def write_floors(cores: int, kernel_rate: float, size: float, samples: int = 8) 
 
     grid = build_grid(parse_spec(spec(size)))
     kernel = SweepKernel(grid, compiled=True)
-    axes = [name for axis in grid.axes for name, _ in axis.columns]
     modes = (("full rows", "all", False), ("compact rows", "all", True), ("feasible rows only", "feasible", False))
     spent = {mode: [0.0, 0.0, 0, 0] for mode, _, _ in modes}  # build s, write s, rows kept, configurations
     for k in range(samples):
@@ -153,7 +147,7 @@ def write_floors(cores: int, kernel_rate: float, size: float, samples: int = 8) 
                 table = chunk_table(chunk, keep, compact)
                 build = min(build, time.thread_time() - cpu)
                 with tempfile.TemporaryDirectory() as tmp:
-                    writer = store.PartWriter(Path(tmp), 0, 1, table.schema, {}, "lz4", axes)
+                    writer = store.PartWriter(Path(tmp), 0, 1, table.schema, {}, "lz4", grid.column_names)
                     cpu = time.thread_time()
                     writer.write(table)
                     write = min(write, time.thread_time() - cpu)

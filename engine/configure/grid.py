@@ -70,6 +70,11 @@ class Grid:
     def total(self) -> int:
         return math.prod(len(a.labels) for a in self.axes)
 
+    @property
+    def column_names(self) -> list[str]:
+        """The input columns the axes write, in order (a linked axis writes one per input it links)."""
+        return [name for axis in self.axes for name, _ in axis.columns]
+
     def count(self, level: str) -> int:
         """Axes of a level (they are contiguous, in LEVELS order)."""
         return sum(1 for a in self.axes if a.level == level)

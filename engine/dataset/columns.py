@@ -105,7 +105,7 @@ def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Ta
             for name, labels in axis.columns:  # a linked axis ([link]) writes each input it links
                 columns[name] = label_column(labels, digits)
     names_ = COMPACT_OUTPUTS if compact else OUTPUTS
-    axes = {name for axis in chunk.grid.axes for name, _ in axis.columns}
+    axes = set(chunk.grid.column_names)
     wanted = [n for n in ("dp", "n_gpus") if n not in axes] + names_
     values = {n: chunk.values(n, rows) for n in wanted}
     for name in ("dp", "n_gpus"):

@@ -52,12 +52,12 @@ def expected_bytes(kernel: SweepKernel, lo: int, hi: int, feasible_only, valid_o
     slices = 1 if n <= SAMPLE_ROWS else SAMPLE_SLICES
     rows = min(n, SAMPLE_ROWS) // slices
     keep, compact = keep_mode(feasible_only, valid_only), kernel.grid.spec.output.get("compact", False)
-    axes = [name for axis in kernel.grid.axes for name, _ in axis.columns]
     buf, writer = io.BytesIO(), None
     for k in range(slices):
         table = chunk_table(kernel.evaluate(lo + (n - rows) * k // max(slices - 1, 1), rows), keep, compact)
         if writer is None:
-            writer = pq.ParquetWriter(buf, table.schema, **parquet_options(table.schema, axes, compression))
+            options = parquet_options(table.schema, kernel.grid.column_names, compression)
+            writer = pq.ParquetWriter(buf, table.schema, **options)
         writer.write_table(table)  # now: the kernel's next calls reuse the buffers the table reads
     writer.close()
     return int(buf.tell() / (rows * slices) * n)
@@ -180,9 +180,8 @@ class ChunkWriter:
 
     def _write(self, table):
         if self.part is None:
-            axes = [name for a in self.kernel.grid.axes for name, _ in a.columns]
             self.part = PartWriter(self.out_dir, self.shard[0], self.shard[1], table.schema, self.meta, self.compression,
-                                   axes, self.started)
+                                   self.kernel.grid.column_names, self.started)
         self.part.write(table)
 
     def submit(self, chunk) -> None:

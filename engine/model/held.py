@@ -31,10 +31,10 @@ def cast_source_bytes(c, last):
     """The model's own 16-bit logits while the loop's wrapper casts them (outputs_fp32): all its chunks stay alive
     until the cast list replaces them, beside the held logits of the last micro-step; with outputs_held that moment
     is the forward's peak (traced: data/measured/qlora.csv, outputs_fp32 family, the held row peaks at _to_copy)."""
-    t = local_tokens(c)
-    if not last or returned_logits_bytes(c, t) == logits_bytes(c, t):
+    if not last:
         return 0
-    return logits_bytes(c, t)
+    t = local_tokens(c)
+    return 0 if returned_logits_bytes(c, t) == logits_bytes(c, t) else logits_bytes(c, t)
 
 
 @formula
