@@ -6,7 +6,7 @@
                               (checkpointing, grad_accum, compile...: dependencies.py)   -> Shape
     step_terms(c, r, sh)      the phased peak of one training step for a workload      -> Step
     gpu_terms(c, r)           what a GPU type offers a layout: overheads, capacity, rates -> Gpu
-    device_terms(r, s, g)     the step's peak on that GPU: device peak, fits, time, cost -> Device
+    device_terms(s, g)        the step's peak on that GPU: device peak, fits, time, cost -> Device
 
 Each output column of CONFIG.md is one field of one `*Columns` tuple, computed in exactly one place here; the
 scalar reference `evaluate_one(c)` chains them, and the kernels call the same functions at the loop level of
@@ -382,7 +382,7 @@ class Device(NamedTuple):
 
 
 @formula
-def device_terms(r, s, g):
+def device_terms(s, g):
     """The step's peak on this GPU: device peak, whether it fits, what dominates, and whether it runs there at all
     (the layout's and the sequence's rules first, then the GPU's). On a GPU that cannot run it the step's own
     columns stay what it holds where it runs; this GPU's are NULL."""
@@ -406,4 +406,4 @@ def evaluate_one(c):
     r = rank_terms(c)
     s = step_terms(c, r, shape_terms(c, r))
     g = gpu_terms(c, r)
-    return r, s, g, device_terms(r, s, g)
+    return r, s, g, device_terms(s, g)

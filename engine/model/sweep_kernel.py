@@ -198,7 +198,7 @@ def sweep_chunk(start, count, base, axis_words, axis_fields, axis_width, radices
             if opens_step:
                 store_columns(s.columns, step_out, step_slot)
                 opens_step = False
-            d = device_terms(r, s, gpu_from_table(table, reasons, host_ram, rates, g))
+            d = device_terms(s, gpu_from_table(table, reasons, host_ram, rates, g))
             store_columns(d.columns, device_out, i)
             store_columns(d.times, time_out, i)
             g += 1

@@ -115,7 +115,7 @@ def prepared(rows: list[dict]) -> list[dict]:
         s = step_terms(record, r, shape_terms(record, r))
         item |= {"record": record, "rank": r, "step": s,
                  "reference": published_tokens_per_gpu_s(row, float(flops_per_token(record)))}
-        reason = Invalid(device_terms(r, s, gpu_terms(record, r)).columns.invalid_reason)
+        reason = Invalid(device_terms(s, gpu_terms(record, r)).columns.invalid_reason)
         if reason != Invalid.OK:
             why = reason.name.lower().replace("_", " ")
             item["why_not"] = f"not yet comparable: cannot run in memsim today ({why})"
