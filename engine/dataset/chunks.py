@@ -30,9 +30,9 @@ RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the column
 BUFFER_SETS = 3  # output buffer sets in turn: one the kernel fills, one whose table is built, one being written
 # The per-row buffers hold each column in a row of their own, `count + ROW_PADDING` values long. Rows exactly a chunk
 # long (2^20 values, 8 MiB) put the kernel's nine per-row columns at addresses equal modulo every power of two up to 8
-# MiB: each of its stores fell in the same set of the L1 and L2 caches, whose eight or sixteen ways nine streams
-# overflow. One cache line more per row spreads them over nine sets: one thread's kernel 28.8 -> 39.4 M/s on
-# bench_sweep's 10^7 grid (stop 48, in turn).
+# MiB: each of its stores fell in the same set of the L1 and L2 caches, which hold eight lines a set on this EPYC,
+# so nine streams evicted each other. One cache line more per row spreads them over nine sets: one thread's kernel
+# 28.8 -> 39.4 M/s on bench_sweep's 10^7 grid (stop 48, in turn).
 ROW_PADDING = 8
 
 
