@@ -52,6 +52,10 @@ PAGE_BATCH_ROWS = 1 << 16
 # row, one chunk of bench_sweep's 10^7 grid written alone), compact rows the same; DuckDB, polars and pyarrow (with
 # its page checksums checked) read them (stop 47: full-row sweeps 1.03-1.15x, feasible-only 1.11-1.14x, in turn).
 DATA_PAGE_VERSION = "2.0"
+# The parts' column types, in the spec digest, so that a shard is never added to a dataset whose other parts type a
+# column otherwise: 2 since stop 48, whose parts hold a numeric axis as its numbers, not a dictionary of them
+# (columns.label_column). A dataset begun before is read as it is, and refused a new shard without --force.
+PART_FORMAT = 2
 
 
 def check_shard_count(n: int, what: str = "shards") -> None:
@@ -61,9 +65,9 @@ def check_shard_count(n: int, what: str = "shards") -> None:
 
 def spec_digest(grid) -> str:
     """What makes two shards parts of one dataset: the spec text, what its axes resolve to (a config.json's
-    content, not only its path), the catalogs and the memsim version."""
+    content, not only its path), the catalogs, the memsim version and the parts' column types (PART_FORMAT)."""
     text = grid.spec.text or json.dumps(grid.spec.axes, sort_keys=True)
-    h = hashlib.sha256(f"{text}\n{catalog.catalog_version()}\n{engine.__version__}".encode())
+    h = hashlib.sha256(f"{text}\n{catalog.catalog_version()}\n{engine.__version__}\n{PART_FORMAT}".encode())
     for axis in grid.axes:  # every value each axis sets, as the kernel reads it
         h.update(json.dumps([axis.name, axis.fields, axis.labels], default=str).encode())
         h.update(axis.words.tobytes())
@@ -219,8 +223,8 @@ def remove_stale_temporaries(out_dir: Path, shard: int, n_shards: int) -> None:
 
 def parquet_options(schema: pa.Schema, axes: list[str], compression: str) -> dict:
     """The Parquet writer's options for a part of this schema (PartWriter's docstring says why each)."""
-    categorical = [f.name for f in schema if pa.types.is_dictionary(f.type) and f.name not in axes]
-    return dict(compression=compression, use_dictionary=axes + categorical, write_page_checksum=True,
+    dictionaries = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    return dict(compression=compression, use_dictionary=dictionaries, write_page_checksum=True,
                 column_encoding={"index": "DELTA_BINARY_PACKED"}, write_statistics=["index", *axes],
                 data_page_size=PAGE_BYTES, write_batch_size=PAGE_BATCH_ROWS, data_page_version=DATA_PAGE_VERSION)
 
@@ -228,10 +232,11 @@ def parquet_options(schema: pa.Schema, axes: list[str], compression: str) -> dic
 class PartWriter:
     """Streams one shard's row groups into a temporary file and publishes it atomically on close.
 
-    Encodings, chosen by measurement (benchmarks/bench_sweep.py): the axes and the categorical outputs are small
-    dictionaries of labels (dictionary pages, direct from their Arrow dictionaries, where PLAIN would spell out
-    every label: 12% off a full row group's write); every other column is PLAIN, since the writer's dictionary
-    hashing costs more per value than the compression of its long runs does; the index is delta encoded;
+    Encodings, chosen by measurement (benchmarks/bench_sweep.py): the axes of names and the categorical outputs are
+    small dictionaries of labels (dictionary pages, direct from their Arrow dictionaries, where PLAIN would spell out
+    every label: 12% off a full row group's write); every other column is PLAIN, numeric axes included
+    (columns.label_column), since the writer's dictionary hashing, or its indices' encoding, costs more per value
+    than the compression of long runs does; the index is delta encoded;
     statistics (min/max per row group, what DuckDB prunes row groups by) only for the index and the axes; data
     pages of version 2 (DATA_PAGE_VERSION). Every page carries a CRC-32 and the bytes are hashed as they are written
     (engine/dataset/checksum.py). `parquet_options` holds these settings.
