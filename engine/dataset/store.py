@@ -54,7 +54,8 @@ PAGE_BATCH_ROWS = 1 << 16
 DATA_PAGE_VERSION = "2.0"
 # The parts' column types, in the spec digest, so that a shard is never added to a dataset whose other parts type a
 # column otherwise: 2 since stop 48, whose parts hold a numeric axis as its numbers, not a dictionary of them
-# (columns.label_column). A dataset begun before is read as it is, and refused a new shard without --force.
+# (columns.label_column), and declare `fits` non-null (it is false, never NULL, where a configuration cannot run).
+# A dataset begun before is read as it is, and refused a new shard without --force.
 PART_FORMAT = 2
 
 

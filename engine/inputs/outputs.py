@@ -65,7 +65,7 @@ OUTPUT_COLUMNS = [
     Output("capacity_bytes", "gpu", "int64", "bytes", "the GPU's memory", "data/gpus.toml hbm_bytes",
            nullable=False, compact=True),
     Output("fits", "device", "bool", "", "device_peak_bytes <= usable_bytes, and the offload's host RAM is there",
-           "engine/model/levels.py device_terms", compact=True),
+           "engine/model/levels.py device_terms", nullable=False, compact=True),  # false where it cannot run
     Output("bottleneck", "device", "category", "", "the largest of the tensors' components, or the overhead",
            "engine/model/levels.py largest_component", compact=True),
     Output("host_bytes", "step", "int64", "bytes",
