@@ -87,7 +87,7 @@ def shards_at_once(spec_path: Path, out_dir: Path, n: int) -> tuple[int, float]:
 
 def column_costs() -> None:
     """Each column of one full chunk written alone as the part writer writes it (store.parquet_options: dictionary
-    pages for the axes and the categorical outputs, PLAIN otherwise, the index delta encoded, LZ4, page checksums,
+    pages for the named axes and the categorical outputs, PLAIN otherwise, the index delta encoded, LZ4, page checksums,
     version-2 pages), best of five; the int64 and float columns that may hold NULL again with their NULLs filled in
     and declared non-null."""
     from engine.configure.grid import build_grid

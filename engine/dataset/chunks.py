@@ -28,12 +28,18 @@ from engine.model.sweep_kernel import block_scratch, sweep_chunk
 
 RANK_ROWS = list(RANK_COLUMNS) + ["dp", "n_gpus"]  # rank_out's rows: the columns, then the resolved layout
 BUFFER_SETS = 3  # output buffer sets in turn: one the kernel fills, one whose table is built, one being written
-# The per-row buffers hold each column in a row of their own, `count + ROW_PADDING` values long. Rows exactly a chunk
-# long (2^20 values, 8 MiB) put the kernel's nine per-row columns at addresses equal modulo every power of two up to 8
-# MiB: each of its stores fell in the same set of the L1 and L2 caches, which hold eight lines a set on this EPYC,
-# so nine streams evicted each other. One cache line more per row spreads them over nine sets: one thread's kernel
-# 28.8 -> 39.4 M/s on bench_sweep's 10^7 grid (stop 48, in turn).
-ROW_PADDING = 8
+# The per-row buffers hold each column in a row of its own. Rows exactly a chunk long (2^20 values, 8 MiB) put the
+# kernel's nine per-row columns at addresses equal modulo every power of two up to 8 MiB: each of its stores fell in
+# the same set of the L1 and L2 caches, which hold eight lines a set on this EPYC, so nine streams evicted each other.
+# Rows a whole number of 4 KiB pages and one cache line long put row k of each buffer k lines along, whatever the
+# chunk's size: the nine streams fall in five sets, two at most in each (the two buffers start alike modulo 4 KiB).
+# One thread's kernel 28.8 -> 39.4 M/s on bench_sweep's 10^7 grid (stop 48, in turn).
+ROW_PADDING = 8  # values: one cache line
+
+
+def padded_width(count: int) -> int:
+    """The length of a per-row buffer's rows for chunks of `count` rows: whole pages of int64 values, and a line."""
+    return -(-count // 512) * 512 + ROW_PADDING
 
 
 def run_lengths(start: int, count: int, period: int) -> np.ndarray:
@@ -185,8 +191,8 @@ class SweepKernel:
             buffers = (np.full((len(RANK_ROWS), sizes[0]), UNSET, dtype=np.int64),
                        np.full((len(GPU_COLUMNS), sizes[1]), UNSET, dtype=np.int64),
                        np.full((len(STEP_COLUMNS), sizes[2]), UNSET, dtype=np.int64),
-                       np.full((len(DEVICE_COLUMNS), count + ROW_PADDING), UNSET, dtype=np.int64),
-                       np.full((len(TIME_COLUMNS), count + ROW_PADDING), np.inf))
+                       np.full((len(DEVICE_COLUMNS), padded_width(count)), UNSET, dtype=np.int64),
+                       np.full((len(TIME_COLUMNS), padded_width(count)), np.inf))
             self.buffers[self.turn] = buffers
         elif self.adopted[self.turn]:  # another kernel's buffers: back to the sentinel before this grid writes
             for b in buffers:

@@ -97,7 +97,7 @@ def label_column(labels: list, digits: np.ndarray) -> pa.Array:
 
 
 def chunk_table(chunk: Chunk, keep: str = "all", compact: bool = False) -> pa.Table:
-    """One chunk as an Arrow table: index, the axes (dictionary-encoded), derived dp / n_gpus, the outputs
+    """One chunk as an Arrow table: index, the axes (label_column), derived dp / n_gpus, the outputs
     (all of them, or COMPACT_OUTPUTS when the spec says `[output] compact = true`, whose axes are not stored:
     the dataset's view derives them from the index: grid.index_axes)."""
     rows = kept_rows(chunk, keep)

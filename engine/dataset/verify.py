@@ -233,7 +233,7 @@ def spec_notes(fs, base: str, digest: str) -> list[str]:
         return [f"the dataset's _spec.toml does not build here ({err}); re-run shards with the memsim that wrote it"]
     if here != digest:
         return [(f"this memsim and catalogs give spec digest {here}, the dataset was written with {digest}: "
-                 "re-run shards with the memsim version and catalogs that wrote it")]
+                 "re-run shards with the memsim version (its parts' format) and catalogs that wrote it")]
     return []
 
 
