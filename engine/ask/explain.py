@@ -21,11 +21,10 @@ from engine.inputs.codes import (
     name_of,
 )
 from engine.inputs.vocabulary import INPUT_FIELDS, INPUTS, RECORD, spell
-from engine.model.activations import local_tokens
 from engine.model.collectives import nvlink_domain
 from engine.model.evaluation import eval_segment_bytes
 from engine.model.levels import host_ram_per_gpu, rank_terms, recut_bytes, shape_terms, step_terms
-from engine.model.loss import loss_block_bytes
+from engine.model.loss import micro_batch_loss_bytes
 from engine.model.outputs import OUTPUTS, TIME_COLUMNS
 from engine.model.overhead import allocator_slack_bytes
 from engine.model.params import param_count
@@ -119,7 +118,7 @@ def slack_parts(result: dict) -> list[tuple[str, int]]:
     if eval_segment_bytes(rec) > 0 and rest > churn:
         cause = "training step's cache"
     elif rest > churn and rec.allocator == Allocator.CACHING:
-        block = loss_block_bytes(rec, local_tokens(rec))
+        block = micro_batch_loss_bytes(rec).block
         recut = min(rest, recut_bytes(rec, r, p if holds_loss else last, block))
     parts = ((cause, rest - recut), ("loss blocks cut again", recut), ("recompute's pinned segments", pinned),
              ("FSDP stream pools", streams), (RELEASABLE, releasable))

@@ -10,11 +10,10 @@ tests) comes back as one "temporaries" part.
 """
 
 from engine.inputs.codes import Phase
-from engine.model.activations import local_tokens
 from engine.model.common import ceil_div
 from engine.model.evaluation import eval_cast_bytes, eval_layer_bytes, eval_loss_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
-from engine.model.loss import head_gradient_bytes, loss_backward_bytes, loss_bytes, loss_forward_bytes
+from engine.model.loss import head_gradient_bytes, micro_batch_loss_bytes
 from engine.model.peak import (
     accumulated_grad_bytes,
     buckets_bytes,
@@ -76,7 +75,7 @@ def forward_parts(c, r, rank, last, g):
     parts = [("autocast weight casts", forward_cast_bytes(c, r, rank, last)),
              ("gathered/dequantized weights", r.gather_bytes)]
     if last:
-        parts += [("logits and loss", loss_forward_bytes(c, local_tokens(c))),
+        parts += [("logits and loss", micro_batch_loss_bytes(c).forward),
                   ("LM-head gradient", head_gradient_bytes(c))]
     return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, False))),
                     ("pipeline receive buffers", kept),
@@ -100,7 +99,7 @@ def backward_parts(c, r, rank, last, g):
     layer = [("layer backward workspace", backward_workspace_bytes(c)),
              ("recomputed activations", one_layer.recomputed), ("prefetched blocks", 2 * r.prefetch_bytes),
              ("reduce-scatter buffers", max(0, r.reduce_bytes - freed))]
-    loss = [("loss backward", loss_prefetch_bytes(c, r) + loss_backward_bytes(c, local_tokens(c)))] if last else []
+    loss = [("loss backward", loss_prefetch_bytes(c, r) + micro_batch_loss_bytes(c).backward)] if last else []
     parts += layer if sum(b for _, b in layer) >= sum(b for _, b in loss) else loss
     return parts + [("gradient buckets", stage_share(c, r, rank, buckets_bytes(c, r, True))),
                     ("pipeline receive buffers", recv_buffer_bytes(c, rank)),
@@ -178,7 +177,7 @@ def named(parts) -> list[tuple[str, int]]:
 
 def temporaries_at_peak(c, r) -> list[tuple[str, int]]:
     """The step's temp_bytes at its peak as named parts (largest first, zeros left out); they add up to it."""
-    layer, loss = layer_bytes(c, r), loss_bytes(c, local_tokens(c))
+    layer, loss = layer_bytes(c, r), micro_batch_loss_bytes(c)
     ranks = dict.fromkeys(stage_ranks(c) if c.pp > 1 else (0,))
     peaks = [(stage_peak(c, r, layer, loss, rank, True, stage_fixed(c, r, rank)), rank) for rank in ranks]
     best, rank = peaks[0]

@@ -36,9 +36,8 @@ from engine.checks.validate import GIB, aligned, config_of, measured_group, meas
 from engine.errors import UserError
 from engine.inputs.codes import Allocator
 from engine.inputs.vocabulary import INPUTS
-from engine.model.activations import local_tokens
 from engine.model.levels import rank_terms, stage_slack_bytes
-from engine.model.loss import loss_block_bytes
+from engine.model.loss import micro_batch_loss_bytes
 
 
 def rank_reserved(result: dict, row: dict) -> int:
@@ -51,7 +50,7 @@ def rank_reserved(result: dict, row: dict) -> int:
     peak, is_last = stage
     record = result["record"]
     caching = record.allocator == Allocator.CACHING
-    block = loss_block_bytes(record, local_tokens(record)) if is_last and caching else 0
+    block = micro_batch_loss_bytes(record).block if is_last and caching else 0
     reserved = peak.allocated_bytes + stage_slack_bytes(record, rank_terms(record), peak, block)
     return int(max(reserved, peak.steady_bytes))  # the homeless segments, as levels.step_terms adds them
 

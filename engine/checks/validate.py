@@ -14,9 +14,8 @@ from engine.ask.evaluate import evaluate_case, evaluate_cases
 from engine.checks.peers import deepspeed_zero_estimate
 from engine.inputs.codes import Phase
 from engine.inputs.vocabulary import INPUTS
-from engine.model.activations import local_tokens
 from engine.model.levels import rank_terms
-from engine.model.loss import loss_bytes
+from engine.model.loss import micro_batch_loss_bytes
 from engine.model.peak import evaluated_stage_fixed, stage_peaks
 from engine.model.stage import activation_bytes, layer_bytes, stage_layer_activation_bytes
 
@@ -133,7 +132,7 @@ def measured_stage(result: dict, row: dict):
     if record.pp == 1 or result["valid"] != 1 or rank not in (0, 1, record.n_gpus - 1):
         return None
     r = rank_terms(record)
-    loss = loss_bytes(record, local_tokens(record))
+    loss = micro_batch_loss_bytes(record)
     first, middle, last = stage_peaks(record, r, layer_bytes(record, r), loss, True, evaluated_stage_fixed(record, r))
     is_last = rank == record.n_gpus - 1
     return (first if rank == 0 else last if is_last else middle), is_last

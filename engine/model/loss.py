@@ -249,6 +249,12 @@ def loss_bytes(c, t):
 
 
 @formula
+def micro_batch_loss_bytes(c):
+    """The LossBytes of the configuration's own micro-batch (its local tokens), worked out."""
+    return loss_bytes(c, local_tokens(c))
+
+
+@formula
 def proportional_loss(c):
     """Whether each of the loss's tensors is a whole number of bytes per local token t, the same for every micro_batch
     and seq_len: a standard loss (neither chunked nor fused with the head), every branch of whose three functions
@@ -273,9 +279,9 @@ def loss_bytes_per_token(c):
 def step_loss_bytes(c, per_token):
     """The micro-batch's LossBytes: the shape's bytes per token (loss_bytes_per_token) times its local tokens, or
     worked out where they are not proportional."""
-    t = local_tokens(c)
     if per_token.forward < 0:  # NOT_PROPORTIONAL: no bytes can be negative
-        return loss_bytes(c, t)
+        return micro_batch_loss_bytes(c)
+    t = local_tokens(c)
     return LossBytes(t * per_token.forward, t * per_token.backward, t * per_token.block)
 
 

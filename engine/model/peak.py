@@ -23,11 +23,10 @@ from engine.catalogs.conventions import (
     FRAMEWORK_TORCH_PIPELINING,
 )
 from engine.inputs.codes import Ckpt, Phase, PPSchedule, ZeroGrad
-from engine.model.activations import local_tokens
 from engine.model.common import ceil_div, formula
 from engine.model.evaluation import eval_cast_bytes, eval_work_bytes, evaluates
 from engine.model.held import cast_source_bytes, held_graph_bytes, held_logits_bytes
-from engine.model.loss import head_gradient_bytes, loss_bytes
+from engine.model.loss import head_gradient_bytes, micro_batch_loss_bytes
 from engine.model.param_blocks import steady_reserved_bytes
 from engine.model.params import has_dims
 from engine.model.pipeline import in_flight, recv_buffer_bytes
@@ -441,7 +440,7 @@ def peak_of_ranks(c, r, with_eval):
     pipeline rank, whether that rank is the last stage (the one with the LM head and the loss), and the last
     stage's peak (the same when p = 1)."""
     layer = layer_bytes(c, r)
-    training = stage_peaks(c, r, layer, loss_bytes(c, local_tokens(c)), False, evaluated_stage_fixed(c, r))
+    training = stage_peaks(c, r, layer, micro_batch_loss_bytes(c), False, evaluated_stage_fixed(c, r))
     return most_loaded(c, r, layer, training, with_eval)
 
 
